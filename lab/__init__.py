@@ -1,0 +1,3 @@
+"""mtp-lab: a harness for multi-token-prediction ablations."""
+
+__version__ = "0.1.0"

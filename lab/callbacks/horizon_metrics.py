@@ -1,0 +1,90 @@
+"""Per-horizon loss, accuracy, counts, weights (train) and loss, accuracy, bpb, chain acceptance (val)."""
+
+from __future__ import annotations
+
+import math
+
+import pytorch_lightning as pl
+import torch
+
+
+def chain_acceptance_counts(row_correct: list[torch.Tensor], masks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per k: (#rows with horizons 1..k valid and all correct, #those rows with 1..k-1 correct).
+
+    Row t takes part at horizon k only when horizons 1..k are all supervised at t, so both
+    counts refer to the same rows and their ratio is P(k correct | 1..k-1 correct).
+    """
+    accepted, prefix_ok = [], []
+    for k in range(1, len(masks) + 1):
+        rows = masks[k - 1].shape[1]  # S-k source rows have a horizon-k label
+        valid = torch.stack([m[:, :rows] for m in masks[:k]]).all(0)  # [B, S-k]
+        correct = torch.stack([c[:, :rows] for c in row_correct[:k]])  # [k, B, S-k]
+        prefix = correct[:-1].all(0) if k > 1 else torch.ones_like(valid)  # [B, S-k]
+        accepted.append((valid & prefix & correct[-1]).sum())
+        prefix_ok.append((valid & prefix).sum())
+    return torch.stack(accepted).double(), torch.stack(prefix_ok).double()
+
+
+def ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+    return torch.where(denominator > 0, numerator / denominator.clamp_min(1), torch.full_like(numerator, float("nan")))
+
+
+class HorizonMetrics(pl.Callback):
+    def __init__(self, log_every_n_steps: int = 1):
+        self.log_every_n_steps = log_every_n_steps
+        self._val: dict[str, torch.Tensor] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if outputs is None or trainer.global_step % self.log_every_n_steps:
+            return
+        counts = outputs["counts"]
+        metrics = {}
+        for k in range(1, counts.numel() + 1):
+            i = k - 1
+            metrics[f"train/loss/h{k}"] = outputs["loss_sums"][i] / counts[i].clamp_min(1)
+            metrics[f"train/count/h{k}"] = counts[i]
+            metrics[f"train/weight_eff/h{k}"] = outputs["effective_weights"][i]
+            metrics[f"train/lambda/h{k}"] = outputs["lambdas"][i]
+            metrics[f"train/coef/h{k}"] = outputs["coefficients"][i]
+            if outputs["correct"] is not None:
+                metrics[f"train/acc/h{k}"] = outputs["correct"][i] / counts[i].clamp_min(1)
+        pl_module.log_dict({name: value.float() for name, value in metrics.items()}, on_step=True, on_epoch=False, batch_size=1)
+
+    def on_validation_epoch_start(self, trainer, pl_module):
+        self._val = {}
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        stats = outputs["stats"]
+        accepted, prefix_ok = chain_acceptance_counts(stats.row_correct, [h.mask for h in outputs["horizons"]])
+        first = outputs["horizons"][0]
+        byte_lengths = getattr(trainer.datamodule, "token_byte_lengths", None) if trainer.datamodule is not None else None
+        label_bytes = (
+            byte_lengths.to(first.labels.device)[first.labels[first.mask]].sum().double()
+            if byte_lengths is not None
+            else stats.counts[0].double()
+        )
+        update = {
+            "sums": stats.loss_sums.double(),
+            "counts": stats.counts.double(),
+            "correct": stats.correct.double(),
+            "accepted": accepted,
+            "prefix_ok": prefix_ok,
+            "bytes": label_bytes.reshape(1).cpu(),
+        }
+        for name, value in update.items():
+            self._val[name] = self._val.get(name, 0) + value.cpu()
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if not self._val or trainer.sanity_checking:
+            return
+        total = {name: pl_module.all_reduce_sum(value.to(pl_module.device)).cpu() for name, value in self._val.items()}
+        losses = ratio(total["sums"], total["counts"])
+        accuracy = ratio(total["correct"], total["counts"])
+        chain = ratio(total["accepted"], total["prefix_ok"])
+        metrics = {"val/loss": losses[0], "val/bpb": total["sums"][0] / math.log(2) / total["bytes"][0].clamp_min(1)}
+        for k in range(1, losses.numel() + 1):
+            metrics[f"val/loss/h{k}"] = losses[k - 1]
+            metrics[f"val/acc/h{k}"] = accuracy[k - 1]
+            metrics[f"val/count/h{k}"] = total["counts"][k - 1]
+            metrics[f"val/chain_acc/h{k}"] = chain[k - 1]
+        pl_module.log_dict({name: value.float() for name, value in metrics.items()}, on_epoch=True, sync_dist=False, batch_size=1)

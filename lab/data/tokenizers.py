@@ -1,0 +1,185 @@
+"""Tokenizers: a small protocol, a byte tokenizer and a cached byte-level BPE.
+
+Both tokenizers are lossless on any UTF-8 text. `decode` skips special ids (BOS, EOS,
+PAD, and for BPE any id the trained vocabulary does not have).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import tokenizers as hf
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from lab.errors import ConfigError, require
+
+TOKENIZER_KINDS = ("byte", "bpe")
+N_BYTES = 256
+N_SPECIALS = 3  # BOS, EOS, PAD
+BYTE_VOCAB_SIZE = N_BYTES + N_SPECIALS
+MIN_BPE_VOCAB = BYTE_VOCAB_SIZE  # a BPE vocabulary holds at least every byte and the specials
+BPE_SPECIALS = ("<|bos|>", "<|eos|>", "<|pad|>")
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    vocab_size: int  # the model's embedding size; every id is < vocab_size
+    bos_id: int
+    eos_id: int
+    pad_id: int
+    identity: dict  # kind, vocab_size, and for BPE a sha256 of the trained tokenizer
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """int32 ids per text, no specials added (the packer appends EOS)."""
+        ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes are ids 0..255; BOS=256, EOS=257, PAD=258."""
+
+    vocab_size = BYTE_VOCAB_SIZE
+    bos_id, eos_id, pad_id = N_BYTES, N_BYTES + 1, N_BYTES + 2
+
+    @property
+    def identity(self) -> dict:
+        return {"kind": "byte", "vocab_size": self.vocab_size}
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8).astype(np.int32) for t in texts]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        # A cut inside a multi-byte character decodes to U+FFFD rather than failing.
+        return bytes(int(i) for i in ids if 0 <= int(i) < N_BYTES).decode("utf-8", errors="replace")
+
+
+class BPETokenizer:
+    """Byte-level BPE (HF `tokenizers`) with BOS/EOS/PAD specials.
+
+    `vocab_size` is the configured size. A tiny corpus may run out of merges before
+    reaching it; the unused ids then stay unused (the model size follows the config,
+    not the corpus). `identity["trained_vocab_size"]` records how many were learned.
+    """
+
+    def __init__(self, tokenizer: hf.Tokenizer, vocab_size: int):
+        self._tokenizer = tokenizer
+        # Text that happens to contain "<|eos|>" must stay text, not become a special id.
+        self._tokenizer.encode_special_tokens = True
+        self.vocab_size = vocab_size
+        self.bos_id, self.eos_id, self.pad_id = (tokenizer.token_to_id(s) for s in BPE_SPECIALS)
+        trained = tokenizer.get_vocab_size(with_added_tokens=True)
+        require(
+            trained <= vocab_size,
+            "data.vocab_size",
+            f"the cached tokenizer has {trained} tokens, more than vocab_size {vocab_size}",
+        )
+        canonical = json.dumps(json.loads(tokenizer.to_str()), sort_keys=True)
+        self.identity = {
+            "kind": "bpe",
+            "vocab_size": vocab_size,
+            "trained_vocab_size": trained,
+            "sha256": hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+        }
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int) -> BPETokenizer:
+        tokenizer = hf.Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(BPE_SPECIALS),
+            # All 256 byte symbols up front: no text can ever be out of vocabulary.
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(texts, trainer=trainer)
+        return cls(tokenizer, vocab_size)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, vocab_size: int) -> BPETokenizer:
+        return cls(hf.Tokenizer.from_file(str(path)), vocab_size)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Atomic write: DDP ranks may race to fill the same cache entry."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        os.close(fd)
+        self._tokenizer.save(tmp)
+        os.replace(tmp, path)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        trained = self.identity["trained_vocab_size"]
+        return self._tokenizer.decode([int(i) for i in ids if 0 <= int(i) < trained], skip_special_tokens=True)
+
+
+def bpe_cache_path(cache_dir: str | os.PathLike, fingerprint: str, vocab_size: int) -> Path:
+    return Path(cache_dir) / "tokenizers" / f"bpe-{fingerprint[:24]}-v{vocab_size}.json"
+
+
+def check_tokenizer_config(kind: str, vocab_size: int | None) -> None:
+    """Cheap checks, run at DataModule construction so the CLI fails before any work."""
+    if kind not in TOKENIZER_KINDS:
+        raise ConfigError("data.tokenizer", f"unknown {kind!r}; allowed: {', '.join(TOKENIZER_KINDS)}")
+    if kind == "byte":
+        require(
+            vocab_size is None or vocab_size == ByteTokenizer.vocab_size,
+            "data.vocab_size",
+            f"the byte tokenizer has a fixed vocab_size of {ByteTokenizer.vocab_size}; leave it null, got {vocab_size}",
+        )
+        return
+    require(
+        isinstance(vocab_size, int) and not isinstance(vocab_size, bool),
+        "data.vocab_size",
+        f"the bpe tokenizer needs an integer vocab_size ≥ {MIN_BPE_VOCAB}, got {vocab_size!r}",
+    )
+    require(
+        vocab_size >= MIN_BPE_VOCAB,
+        "data.vocab_size",
+        f"BPE vocab_size must be ≥ {MIN_BPE_VOCAB} ({N_BYTES} bytes + {N_SPECIALS} specials), got {vocab_size}",
+    )
+
+
+def build_tokenizer(
+    kind: str,
+    vocab_size: int | None,
+    train_texts: Iterable[str],
+    cache_dir: str | os.PathLike | None,
+    fingerprint: str,
+) -> Tokenizer:
+    """A byte tokenizer, or a BPE loaded from `cache_dir` or trained on `train_texts` and cached.
+
+    `train_texts` is consumed only when a BPE has to be trained.
+    """
+    check_tokenizer_config(kind, vocab_size)
+    if kind == "byte":
+        return ByteTokenizer()
+    if cache_dir is None:
+        return BPETokenizer.train(train_texts, vocab_size)
+    cached = bpe_cache_path(cache_dir, fingerprint, vocab_size)
+    if cached.is_file():
+        return BPETokenizer.from_file(cached, vocab_size)
+    tokenizer = BPETokenizer.train(train_texts, vocab_size)
+    tokenizer.save(cached)
+    return tokenizer

@@ -1,0 +1,33 @@
+"""Anticausal heads: the farthest head runs first; horizon k uses f_k ∘ … ∘ f_K ∘ trunk."""
+
+import torch.nn as nn
+
+from lab.model.heads.base import BlockStack, MTPHead, endpoint_horizon
+
+
+class AnticausalHead(MTPHead):
+    def __init__(self, cfg, model_cfg):
+        super().__init__(cfg, model_cfg)
+        self.stacks = nn.ModuleList(BlockStack(model_cfg, cfg.n_layers) for _ in range(cfg.k))
+
+    @staticmethod
+    def main_path_blocks(cfg):
+        return cfg.k * cfg.n_layers  # horizon 1 sits at the end of the whole chain
+
+    def head_stacks(self):
+        return list(self.stacks)
+
+    def _chain(self, source, ctx, down_to: int) -> dict:
+        """Rows of horizons K .. down_to, each the previous one pushed through its own stack."""
+        rows, out = source, {}
+        for k in range(self.k, down_to - 1, -1):
+            rows = self.stacks[k - 1](rows, ctx)  # [B, S, d]: f_k ∘ … ∘ f_K
+            out[k] = rows
+        return out
+
+    def forward(self, trunk_hidden, batch, ctx, shared):
+        rows = self._chain(trunk_hidden, ctx, down_to=1)
+        if self.cfg.trunk_grad == "detached" and self.k > 1:
+            # Horizons ≥ 2 get their own chain from a detached trunk state; horizon 1 keeps the attached one.
+            rows = {**self._chain(trunk_hidden.detach(), ctx, down_to=2), 1: rows[1]}
+        return [endpoint_horizon(k, rows[k], batch, shared.final_norm, self.projection(k, shared)) for k in range(1, self.k + 1)]

@@ -1,0 +1,144 @@
+"""What every head returns and the pieces heads share.
+
+A head never projects to the vocabulary: it hands the objective d-wide rows plus the
+(norm, weight) pair to project them with, so the backward schedule decides when the
+V-wide logits exist.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from lab.errors import ConfigError, require
+from lab.labels import horizon_mask
+from lab.model.trunk import AttentionContext, Block, ModelConfig, RMSNorm
+
+UNEMBEDDINGS = ("shared", "replicated")
+INITS = ("random", "copy_last_block", "copy_first_head")
+TRUNK_GRADS = ("joint", "detached")
+
+
+@dataclass
+class HeadConfig:
+    name: str = "ntp"
+    k: int = 1
+    depth: int | None = None  # deepseek only: K = depth + 1
+    n_layers: int = 1  # transformer blocks per head (block heads)
+    compute_matched: bool = True
+    unembedding: str = "shared"
+    init: str = "random"
+    trunk_grad: str = "joint"
+    share_depth_weights: bool = False
+    hidden_input: str = "pre_norm"
+    fusion_order: str = "he"
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        require(self.k >= 1, "head.k", f"must be ≥ 1, got {self.k}")
+        require(self.n_layers >= 1, "head.n_layers", f"must be ≥ 1, got {self.n_layers}")
+        for name, value, allowed in (
+            ("head.unembedding", self.unembedding, UNEMBEDDINGS),
+            ("head.init", self.init, INITS),
+            ("head.trunk_grad", self.trunk_grad, TRUNK_GRADS),
+        ):
+            if value not in allowed:
+                raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
+
+
+@dataclass
+class Horizon:
+    """One horizon's supervision, aligned to source rows t = 0 .. S-k-1."""
+
+    k: int
+    hidden: torch.Tensor  # [B, S-k, d] rows before the final norm
+    labels: torch.Tensor  # [B, S-k] long: tokens[t+k]
+    mask: torch.Tensor  # [B, S-k] bool: which rows are supervised
+    norm: RMSNorm  # final norm applied before the projection
+    weight: torch.Tensor  # [V, d] projection to the vocabulary
+
+
+@dataclass
+class SharedParts:
+    """Trunk-owned modules a head may use; passed at call time so they are never copied."""
+
+    embed: nn.Embedding
+    final_norm: RMSNorm
+    unembedding: nn.Parameter  # [V, d]
+
+
+def endpoint_horizon(k: int, rows: torch.Tensor, batch: dict, norm: RMSNorm, weight: torch.Tensor) -> Horizon:
+    """Package full-length rows [B, S, d] as horizon k under the endpoint rule."""
+    seq_len = rows.shape[1]
+    return Horizon(
+        k=k,
+        hidden=rows[:, : seq_len - k],  # [B, S-k, d]: source rows that have a target
+        labels=batch["tokens"][:, k:],  # [B, S-k]: tokens[t+k]
+        mask=horizon_mask(batch["active"], batch["segment_ids"], k),  # [B, S-k]
+        norm=norm,
+        weight=weight,
+    )
+
+
+class BlockStack(nn.Module):
+    """`n` transformer blocks applied in sequence: one head of a block architecture."""
+
+    def __init__(self, model_cfg: ModelConfig, n: int):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(model_cfg) for _ in range(n))
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x, ctx)
+        return x
+
+
+class MTPHead(nn.Module):
+    """Base class: K horizons, optional replicated unembeddings, trunk-gradient ownership."""
+
+    def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.k = cfg.k
+        self.projections = None
+        if cfg.unembedding == "replicated":
+            self.projections = nn.ParameterList(
+                nn.Parameter(torch.randn(model_cfg.vocab_size, model_cfg.d_model) * model_cfg.init_std) for _ in range(cfg.k)
+            )
+
+    @staticmethod
+    def main_path_blocks(cfg: HeadConfig) -> int:
+        """Head blocks on the horizon-1 path; compute matching removes this many trunk layers."""
+        return 0
+
+    def projection(self, k: int, shared: SharedParts) -> torch.Tensor:
+        return shared.unembedding if self.projections is None else self.projections[k - 1]  # [V, d]
+
+    def extra_horizon_input(self, trunk_hidden: torch.Tensor) -> torch.Tensor:
+        """The trunk state that horizons ≥ 2 see: detached when the trunk must get no MTP gradient."""
+        return trunk_hidden.detach() if self.cfg.trunk_grad == "detached" else trunk_hidden
+
+    def head_stacks(self) -> list[nn.Module]:
+        """Per-horizon block stacks (for init options); empty for heads without blocks."""
+        return []
+
+    def initialize(self, trunk: nn.Module) -> None:
+        """Apply `init` and copy the trunk unembedding into replicated projections."""
+        if self.projections is not None:
+            with torch.no_grad():
+                for projection in self.projections:
+                    projection.copy_(trunk.unembedding)
+        stacks = self.head_stacks()
+        if self.cfg.init == "copy_last_block" and stacks:
+            for stack in stacks:
+                for block in stack.blocks:
+                    block.load_state_dict(trunk.blocks[-1].state_dict())
+        elif self.cfg.init == "copy_first_head":
+            for stack in stacks[1:]:
+                stack.load_state_dict(copy.deepcopy(stacks[0].state_dict()))
+
+    def forward(self, trunk_hidden: torch.Tensor, batch: dict, ctx: AttentionContext, shared: SharedParts) -> list[Horizon]:
+        raise NotImplementedError

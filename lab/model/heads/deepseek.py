@@ -1,0 +1,94 @@
+"""DeepSeek-V3 MTP: D sequential modules with teacher forcing.
+
+Depth d (1..D) at source row t combines the previous depth's state for row t with the
+embedding of the ground-truth token t+d, and predicts token t+d+1 (horizon d+1):
+
+    h^d[t] = Block(W_proj [RMSNorm(h^{d-1}[t]) ; RMSNorm(Embed(tokens[t+d]))])
+
+Each depth has one row fewer than the previous one. Rows whose window t..t+d leaves the
+document (or hits a hole) have no state and are masked out as attention keys; rows with
+state but no label stay as context and are not supervised. The embedding and the output
+projection are the trunk's own Parameters (passed in as SharedParts, never copied).
+"""
+
+import torch
+import torch.nn as nn
+
+from lab.errors import ConfigError, require
+from lab.labels import chain_masks
+from lab.model.heads.base import Horizon, MTPHead, endpoint_horizon
+from lab.model.trunk import AttentionContext, Block, RMSNorm
+
+HIDDEN_INPUTS = ("pre_norm", "post_norm")
+FUSION_ORDERS = ("he", "eh")
+
+
+class DepthModule(nn.Module):
+    def __init__(self, model_cfg, fusion_order: str):
+        super().__init__()
+        d = model_cfg.d_model
+        self.fusion_order = fusion_order
+        self.hidden_norm = RMSNorm(d, model_cfg.norm_eps)
+        self.embed_norm = RMSNorm(d, model_cfg.norm_eps)
+        self.proj = nn.Linear(2 * d, d, bias=False)
+        self.block = Block(model_cfg)
+
+    def forward(self, previous: torch.Tensor, teacher: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        parts = (self.hidden_norm(previous), self.embed_norm(teacher))  # 2 × [B, S-d, d]
+        fused = torch.cat(parts if self.fusion_order == "he" else parts[::-1], dim=-1)  # [B, S-d, 2d]
+        return self.block(self.proj(fused), ctx)  # [B, S-d, d]
+
+
+class DeepSeekHead(MTPHead):
+    def __init__(self, cfg, model_cfg):
+        depth = cfg.depth if cfg.depth is not None else cfg.k - 1
+        require(depth >= 1, "head.depth", f"must be ≥ 1, got {depth}")
+        require(cfg.k == depth + 1, "head.k", f"deepseek needs head.k = head.depth + 1 = {depth + 1}, got {cfg.k}")
+        require(cfg.unembedding == "shared", "head.unembedding", "deepseek shares the trunk's output head; allowed: shared")
+        for name, value, allowed in (("head.hidden_input", cfg.hidden_input, HIDDEN_INPUTS), ("head.fusion_order", cfg.fusion_order, FUSION_ORDERS)):
+            if value not in allowed:
+                raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
+        super().__init__(cfg, model_cfg)
+        self.depth = depth
+        self.head_dim = model_cfg.d_model // model_cfg.n_heads
+        self.rope_base = model_cfg.rope_base
+        n_modules = 1 if cfg.share_depth_weights else depth
+        self.depth_modules = nn.ModuleList(DepthModule(model_cfg, cfg.fusion_order) for _ in range(n_modules))
+
+    def module_at(self, d: int) -> DepthModule:
+        return self.depth_modules[0 if self.cfg.share_depth_weights else d - 1]
+
+    def initialize(self, trunk):
+        super().initialize(trunk)
+        if self.cfg.init == "copy_last_block":
+            for module in self.depth_modules:
+                module.block.load_state_dict(trunk.blocks[-1].state_dict())
+
+    def _depth_context(self, batch, state_mask, d):
+        seq_len = batch["tokens"].shape[1]
+        base = slice(0, seq_len - d)  # base rows t of depth d
+        return AttentionContext.build(
+            batch["segment_ids"][:, base], batch["position_ids"][:, base], state_mask, self.head_dim, self.rope_base
+        )
+
+    def forward(self, trunk_hidden, batch, ctx, shared):
+        tokens = batch["tokens"]  # [B, S]
+        seq_len = tokens.shape[1]
+        horizons = [endpoint_horizon(1, trunk_hidden, batch, shared.final_norm, shared.unembedding)]
+        state = shared.final_norm(trunk_hidden) if self.cfg.hidden_input == "post_norm" else trunk_hidden  # [B, S, d]
+        state = self.extra_horizon_input(state)
+        for d in range(1, self.depth + 1):
+            state_mask, loss_mask = chain_masks(batch["active"], batch["segment_ids"], d)  # [B, S-d], [B, S-d-1]
+            teacher = shared.embed(tokens[:, d:])  # [B, S-d, d]: tokens[t+d]
+            state = self.module_at(d)(state[:, : seq_len - d], teacher, self._depth_context(batch, state_mask, d))  # [B, S-d, d]
+            horizons.append(
+                Horizon(
+                    k=d + 1,
+                    hidden=state[:, : seq_len - d - 1],  # [B, S-d-1, d]: rows that could have a label
+                    labels=tokens[:, d + 1 :],  # [B, S-d-1]: tokens[t+d+1]
+                    mask=loss_mask,  # [B, S-d-1]
+                    norm=shared.final_norm,
+                    weight=shared.unembedding,
+                )
+            )
+        return horizons

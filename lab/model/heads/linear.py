@@ -1,0 +1,25 @@
+"""Linear heads: horizon k is its own linear map of the trunk state.
+
+`unembedding=shared`: a d×d map per horizon, then the shared final norm + unembedding
+(the linear variant of Gloeckle et al.). `unembedding=replicated`: no d×d map; each
+horizon projects the trunk state with its own V×d matrix.
+"""
+
+import torch.nn as nn
+
+from lab.model.heads.base import MTPHead, endpoint_horizon
+
+
+class LinearHead(MTPHead):
+    def __init__(self, cfg, model_cfg):
+        super().__init__(cfg, model_cfg)
+        d = model_cfg.d_model
+        self.maps = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in range(cfg.k)) if cfg.unembedding == "shared" else None
+
+    def forward(self, trunk_hidden, batch, ctx, shared):
+        horizons = []
+        for k in range(1, self.k + 1):
+            source = trunk_hidden if k == 1 else self.extra_horizon_input(trunk_hidden)  # [B, S, d]
+            rows = source if self.maps is None else self.maps[k - 1](source)  # [B, S, d]
+            horizons.append(endpoint_horizon(k, rows, batch, shared.final_norm, self.projection(k, shared)))
+        return horizons

@@ -1,0 +1,104 @@
+"""Trunk + head: the whole network, returning one `Horizon` per predicted offset."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from lab.errors import ConfigError, require
+from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class
+from lab.model.trunk import ModelConfig, Trunk
+
+
+def trunk_layers(model_cfg: ModelConfig, head_cfg: HeadConfig) -> int:
+    """Compute matching: the horizon-1 path (trunk + head blocks) keeps the ntp baseline's depth."""
+    if not head_cfg.compute_matched:
+        return model_cfg.n_layers
+    n = model_cfg.n_layers - head_class(head_cfg.name).main_path_blocks(head_cfg)
+    require(
+        n >= 1,
+        "head.compute_matched",
+        f"leaves {n} trunk layers (model.n_layers={model_cfg.n_layers} minus {model_cfg.n_layers - n} head blocks on the "
+        "next-token path); need ≥ 1: raise model.n_layers or set head.compute_matched=false",
+    )
+    return n
+
+
+def normalize_head_config(head_cfg: HeadConfig) -> HeadConfig:
+    """DeepSeek is configured by depth; K follows from it unless the user gave both."""
+    if head_cfg.name == "deepseek" and head_cfg.depth is not None and head_cfg.k is None:
+        head_cfg.k = head_cfg.depth + 1
+    if head_cfg.k is None:
+        raise ConfigError("head.k", "must be set (an integer ≥ 1)")
+    return head_cfg
+
+
+class MTPModel(nn.Module):
+    def __init__(self, model_cfg: ModelConfig, head_cfg: HeadConfig):
+        super().__init__()
+        head_cfg = normalize_head_config(head_cfg)
+        head_cfg.validate()
+        self.model_cfg, self.head_cfg = model_cfg, head_cfg
+        self.trunk = Trunk(model_cfg, trunk_layers(model_cfg, head_cfg))
+        self.head = head_class(head_cfg.name)(head_cfg, model_cfg)
+        self.head.initialize(self.trunk)
+        check_alias_contract(self)
+
+    @property
+    def k(self) -> int:
+        return self.head.k
+
+    def shared_parts(self) -> SharedParts:
+        return SharedParts(self.trunk.embed, self.trunk.final_norm, self.trunk.unembedding)
+
+    def forward(self, batch: dict) -> list[Horizon]:
+        ctx = self.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
+        hidden = self.trunk(batch["tokens"], ctx)  # [B, S, d]
+        return self.head(hidden, batch, ctx, self.shared_parts())
+
+    @torch.no_grad()
+    def next_token_logits(self, batch: dict) -> torch.Tensor:
+        """[B, S, V] horizon-1 logits at every position (evaluation and export checks)."""
+        ctx = self.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
+        hidden = self.trunk(batch["tokens"], ctx)  # [B, S, d]
+        first = self.head(hidden, batch, ctx, self.shared_parts())[0]
+        return first.norm(first.hidden) @ first.weight.T  # [B, S-1, V]
+
+
+def alias_groups(model: nn.Module) -> list[list[str]]:
+    """Names that refer to the same Parameter object (e.g. tied embedding/unembedding)."""
+    by_id: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(param), []).append(name)
+    return [names for names in by_id.values() if len(names) > 1]
+
+
+def check_alias_contract(model: MTPModel) -> None:
+    """Shared parts are the trunk's own Parameters, and each Parameter is listed once."""
+    shared = model.shared_parts()
+    assert shared.embed is model.trunk.embed and shared.unembedding is model.trunk.unembedding
+    if model.model_cfg.tie_embeddings:
+        assert model.trunk.unembedding is model.trunk.embed.weight, "tied unembedding must be the embedding Parameter"
+    unique = list(model.parameters())
+    assert len({id(p) for p in unique}) == len(unique), "a Parameter is listed twice"
+
+
+def parameter_table(model: MTPModel) -> dict:
+    """Parameter counts by owner: trunk, head-private, shared (embedding, final norm, unembedding)."""
+    shared_ids = {id(p) for p in (model.trunk.embed.weight, model.trunk.final_norm.weight, model.trunk.unembedding)}
+    count = lambda params: sum(p.numel() for p in params)  # noqa: E731
+    trunk_blocks = [p for p in model.trunk.blocks.parameters()]
+    head_private = [p for p in model.head.parameters() if id(p) not in shared_ids]
+    shared = [p for p in model.parameters() if id(p) in shared_ids]
+    main_path = head_class(model.head_cfg.name).main_path_blocks(model.head_cfg)
+    return {
+        "head": model.head_cfg.name,
+        "k": model.k,
+        "trunk_layers": len(model.trunk.blocks),
+        "head_blocks_on_next_token_path": main_path,
+        "head_blocks_total": sum(isinstance(m, type(model.trunk.blocks[0])) for m in model.head.modules()),
+        "params_trunk": count(trunk_blocks),
+        "params_head_private": count(head_private),
+        "params_shared": count(shared),
+        "params_total": count(model.parameters()),
+    }

@@ -1,0 +1,172 @@
+"""Decoder-only transformer trunk with document-causal attention.
+
+One readable file in the nanoGPT spirit: RMSNorm, rotary positions driven by
+`position_ids` (they restart at every document), SDPA attention with a boolean
+mask that never crosses a document occurrence, and a SwiGLU-free GELU MLP.
+The trunk returns hidden states *before* the final norm; the objective applies
+the final norm and the unembedding so the backward schedule decides when the
+V-wide logits live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from lab.errors import require
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 259
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    mlp_ratio: int = 4
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = True
+    init_std: float = 0.02
+
+    def validate(self) -> None:
+        require(self.vocab_size >= 2, "model.vocab_size", f"must be ≥ 2, got {self.vocab_size}")
+        require(self.n_layers >= 1, "model.n_layers", f"must be ≥ 1, got {self.n_layers}")
+        require(self.n_heads >= 1, "model.n_heads", f"must be ≥ 1, got {self.n_heads}")
+        require(
+            self.d_model % self.n_heads == 0 and (self.d_model // self.n_heads) % 2 == 0,
+            "model.d_model",
+            f"must be divisible by model.n_heads with an even head size, got {self.d_model}/{self.n_heads}",
+        )
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+@dataclass
+class AttentionContext:
+    """What every attention layer of one row set needs: the mask and the rotary angles.
+
+    Built once per (segment_ids, position_ids) and shared by the trunk and the head
+    blocks that run on the same rows.
+    """
+
+    mask: torch.Tensor  # [B, 1, S, S] bool, True = may attend
+    cos: torch.Tensor  # [B, 1, S, hd/2]
+    sin: torch.Tensor  # [B, 1, S, hd/2]
+
+    @staticmethod
+    def build(segment_ids, position_ids, key_valid, head_dim: int, rope_base: float):
+        return AttentionContext(document_causal_mask(segment_ids, key_valid), *rotary_angles(position_ids, head_dim, rope_base))
+
+
+def document_causal_mask(segment_ids: torch.Tensor, key_valid: torch.Tensor) -> torch.Tensor:
+    """[B, S] segments, [B, S] key validity -> [B, 1, S, S]: attend to earlier valid keys of the same occurrence.
+
+    The diagonal is always allowed so that a padding or hole row still has one key
+    (otherwise SDPA returns NaN rows that would poison gradients through masked sums).
+    """
+    S = segment_ids.shape[1]
+    same_doc = segment_ids[:, :, None] == segment_ids[:, None, :]  # [B, S(query), S(key)]
+    causal = torch.ones(S, S, dtype=torch.bool, device=segment_ids.device).tril()  # [S, S]
+    keys_ok = key_valid[:, None, :]  # [B, 1, S(key)]
+    diagonal = torch.eye(S, dtype=torch.bool, device=segment_ids.device)  # [S, S]
+    return ((same_doc & causal & keys_ok) | diagonal)[:, None]  # [B, 1, S, S]
+
+
+def rotary_angles(position_ids: torch.Tensor, head_dim: int, base: float):
+    """[B, S] positions -> cos, sin of shape [B, 1, S, head_dim/2] (per-document positions)."""
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
+    angles = position_ids.float()[:, :, None] * inv_freq  # [B, S, hd/2]
+    return angles.cos()[:, None], angles.sin()[:, None]  # [B, 1, S, hd/2]
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # [B, H, S, hd/2] each
+    rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # [B, H, S, hd/2, 2]
+    return rotated.flatten(-2).type_as(x)  # [B, H, S, hd]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        B, S, d = x.shape
+        q, k, v = self.qkv(x).view(B, S, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)  # 3 × [B, H, S, hd]
+        q, k = apply_rotary(q, ctx.cos, ctx.sin), apply_rotary(k, ctx.cos, ctx.sin)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.mask)  # [B, H, S, hd]
+        return self.proj(y.transpose(1, 2).reshape(B, S, d))  # [B, S, d]
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model, bias=False)
+        self.down = nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block; the unit that heads reuse."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), ctx)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Trunk(nn.Module):
+    """Token embedding → `n_layers` blocks. Owns the final norm and the unembedding the heads share."""
+
+    def __init__(self, cfg: ModelConfig, n_layers: int | None = None):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers if n_layers is None else n_layers))
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.unembed = None if cfg.tie_embeddings else nn.Parameter(torch.empty(cfg.vocab_size, cfg.d_model))
+        self.apply(lambda m: init_weights(m, cfg.init_std))
+        if self.unembed is not None:
+            nn.init.normal_(self.unembed, std=cfg.init_std)
+
+    @property
+    def unembedding(self) -> nn.Parameter:
+        """[V, d]; the embedding matrix itself when tied (same Parameter object)."""
+        return self.embed.weight if self.unembed is None else self.unembed
+
+    def attention_context(self, segment_ids, position_ids, key_valid) -> AttentionContext:
+        head_dim = self.cfg.d_model // self.cfg.n_heads
+        return AttentionContext.build(segment_ids, position_ids, key_valid, head_dim, self.cfg.rope_base)
+
+    def forward(self, tokens: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        x = self.embed(tokens)  # [B, S, d]
+        for block in self.blocks:
+            x = block(x, ctx)
+        return x  # [B, S, d], before the final norm
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=std)

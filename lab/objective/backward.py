@@ -1,0 +1,142 @@
+"""Backward schedules: when the V-wide logits of each horizon live.
+
+Each schedule turns the heads' d-wide rows and the reduction coefficients into (a) a
+scalar *root* that the training loop hands to one `manual_backward`, and (b) detached
+per-horizon statistics. Only that one backward touches module Parameters, so under DDP
+gradients synchronise exactly once per step.
+
+- joint: all horizons' logits built together; the root is the loss itself.
+- sequential: per horizon, projection + cross-entropy run on detached leaves (the rows
+  and the shared norm/projection weights) and are backpropagated at once, freeing the
+  logits; the accumulated leaf gradients are then pushed through heads and trunk by a
+  surrogate root  Σ_k <rows_k, g_k> + Σ_p <p, g_p>,  whose gradient is exactly g.
+- chunked: sequential, with `F.linear_cross_entropy` so no full logits tensor exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.nn import LinearCrossEntropyOptions
+
+from lab.errors import ConfigError, require
+
+
+@dataclass
+class HorizonStats:
+    loss_sums: torch.Tensor  # [K] detached: S_k, sum of token cross-entropies (local)
+    counts: torch.Tensor  # [K] local valid rows N_k
+    correct: torch.Tensor | None  # [K] top-1 hits, None when logits never exist (chunked)
+    row_correct: list[torch.Tensor] | None = None  # per horizon [B, S-k] bool (evaluation only)
+
+
+def supervised_rows(horizon) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gather the valid rows of one horizon: ([N_k, d], [N_k])."""
+    return horizon.hidden[horizon.mask], horizon.labels[horizon.mask]  # [N_k, d], [N_k]
+
+
+def project(rows: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor) -> torch.Tensor:
+    """[N, d] -> [N, V] logits through the final norm and the projection."""
+    return F.linear(F.rms_norm(rows, (rows.shape[-1],), norm_weight, eps), weight)  # [N, V]
+
+
+def horizon_loss(rows, labels, horizon, norm_weight=None, weight=None):
+    """Sum cross-entropy and top-1 hits of one horizon on given rows (optionally with leaf weights)."""
+    norm_weight = horizon.norm.weight if norm_weight is None else norm_weight
+    weight = horizon.weight if weight is None else weight
+    logits = project(rows, norm_weight, horizon.norm.eps, weight)  # [N_k, V]
+    loss_sum = F.cross_entropy(logits, labels, reduction="sum")
+    return loss_sum, (logits.detach().argmax(-1) == labels).sum()
+
+
+class JointSchedule:
+    name = "joint"
+
+    def __init__(self, chunk_rows: int | None = None):
+        pass  # only `chunked` uses chunk_rows; every schedule accepts the same config
+
+    def run(self, horizons, coeffs: torch.Tensor) -> tuple[torch.Tensor, HorizonStats]:
+        sums, hits, counts = [], [], []
+        for horizon in horizons:
+            rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
+            loss_sum, correct = horizon_loss(rows, labels, horizon)
+            sums.append(loss_sum), hits.append(correct), counts.append(labels.numel())
+        root = (coeffs.to(sums[0].dtype) * torch.stack(sums)).sum()
+        return root, HorizonStats(torch.stack(sums).detach(), torch.tensor(counts), torch.stack(hits))
+
+
+class SequentialSchedule(JointSchedule):
+    """Per-horizon projection + CE backpropagated at once to detached leaves."""
+
+    name = "sequential"
+
+    def horizon_sum(self, leaf_rows, labels, horizon, norm_leaf, weight_leaf):
+        return horizon_loss(leaf_rows, labels, horizon, norm_leaf, weight_leaf)
+
+    def run(self, horizons, coeffs: torch.Tensor) -> tuple[torch.Tensor, HorizonStats]:
+        param_leaves: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(param) -> (param, detached leaf)
+
+        def leaf_of(param):
+            if id(param) not in param_leaves:
+                param_leaves[id(param)] = (param, param.detach().requires_grad_(param.requires_grad))
+            return param_leaves[id(param)][1]
+
+        sums, hits, counts, row_terms = [], [], [], []
+        for k, horizon in enumerate(horizons):
+            rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
+            leaf_rows = rows.detach().requires_grad_(rows.requires_grad)  # [N_k, d] cut point
+            loss_sum, correct = self.horizon_sum(leaf_rows, labels, horizon, leaf_of(horizon.norm.weight), leaf_of(horizon.weight))
+            if loss_sum.requires_grad:
+                (coeffs[k].to(loss_sum.dtype) * loss_sum).backward()  # frees this horizon's logits now
+            if leaf_rows.grad is not None:
+                row_terms.append((rows * leaf_rows.grad).sum())
+            sums.append(loss_sum.detach()), hits.append(correct), counts.append(labels.numel())
+        param_terms = [(param * leaf.grad).sum() for param, leaf in param_leaves.values() if leaf.grad is not None]
+        root = sum(row_terms + param_terms, torch.zeros((), device=coeffs.device))
+        correct = None if any(h is None for h in hits) else torch.stack(hits)
+        return root, HorizonStats(torch.stack(sums), torch.tensor(counts), correct)
+
+
+class ChunkedSchedule(SequentialSchedule):
+    """Sequential, with the projection + CE fused and chunked over rows by torch."""
+
+    name = "chunked"
+
+    def __init__(self, chunk_rows: int | None = 1024):
+        require(isinstance(chunk_rows, int) and chunk_rows >= 1, "schedule.chunk_rows", f"must be an integer ≥ 1, got {chunk_rows}")
+        self.chunk_rows = chunk_rows
+        # An explicit chunk size: the 'auto' heuristic was measured far slower on CPU.
+        self.options = LinearCrossEntropyOptions(batch_chunk_size=chunk_rows, chunking_method=None)
+
+    def horizon_sum(self, leaf_rows, labels, horizon, norm_leaf, weight_leaf):
+        if labels.numel() == 0:
+            return (leaf_rows.sum() + 0.0 * norm_leaf.sum() + 0.0 * weight_leaf.sum()), None
+        normed = F.rms_norm(leaf_rows, (leaf_rows.shape[-1],), norm_leaf, horizon.norm.eps)  # [N_k, d]
+        options = self.options if torch.is_grad_enabled() and leaf_rows.requires_grad else None
+        return F.linear_cross_entropy(normed, weight_leaf, labels, reduction="sum", options=options), None
+
+
+BACKWARD_SCHEDULES = {"joint": JointSchedule, "sequential": SequentialSchedule, "chunked": ChunkedSchedule}
+
+
+def build_backward_schedule(name: str, chunk_rows: int | None = None):
+    if name not in BACKWARD_SCHEDULES:
+        raise ConfigError("schedule.name", f"unknown '{name}'; allowed: {', '.join(BACKWARD_SCHEDULES)}")
+    return BACKWARD_SCHEDULES[name](chunk_rows=chunk_rows)
+
+
+@torch.no_grad()
+def evaluate_horizons(horizons) -> HorizonStats:
+    """Validation statistics, one horizon's logits alive at a time, with per-row correctness."""
+    sums, hits, counts, row_correct = [], [], [], []
+    for horizon in horizons:
+        rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
+        logits = project(rows, horizon.norm.weight, horizon.norm.eps, horizon.weight)  # [N_k, V]
+        hit = logits.argmax(-1) == labels  # [N_k]
+        grid = torch.zeros_like(horizon.mask)  # [B, S-k]
+        grid[horizon.mask] = hit
+        sums.append(F.cross_entropy(logits, labels, reduction="sum")), hits.append(hit.sum()), counts.append(labels.numel())
+        row_correct.append(grid)
+    return HorizonStats(torch.stack(sums), torch.tensor(counts), torch.stack(hits), row_correct)

@@ -1,0 +1,300 @@
+"""Loss-weight schedules: λ_k per horizon as a function of training progress.
+
+A schedule is a pure function of `Progress` (step, consumed tokens, total steps):
+it keeps no state, so a resumed run gets the same λ as long as the step and the
+consumed-token count are restored from the checkpoint.
+
+Horizon 1 (the next-token objective) has λ_1 = 1 in every parametric schedule;
+only the extra horizons k ≥ 2 are scheduled. With K = 1 every schedule gives [1.0]
+(the explicit `uniform` list is the one exception: it is taken as written).
+Any averaging over extra depths (DeepSeek's λ/D) lives here, not in the reduction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lab.errors import ConfigError, require
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where training stands; everything a schedule may depend on."""
+
+    step: int
+    consumed_tokens: int
+    total_steps: int
+
+    def __post_init__(self) -> None:
+        require(self.total_steps >= 1, "trainer.max_steps", f"must be ≥ 1, got {self.total_steps}")
+        require(self.step >= 0, "progress.step", f"must be ≥ 0, got {self.step}")
+        require(self.consumed_tokens >= 0, "progress.consumed_tokens", f"must be ≥ 0, got {self.consumed_tokens}")
+
+    @property
+    def fraction(self) -> float:
+        """step / total_steps clipped to [0, 1] (a run may step past its nominal end)."""
+        return min(self.step, self.total_steps) / self.total_steps
+
+
+# ---------------------------------------------------------------- validation helpers
+
+
+def _number(value: Any, field: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(field, f"must be a number, got {value!r}") from None
+    require(math.isfinite(number), field, f"must be finite, got {value!r}")
+    return number
+
+
+def _non_negative(value: Any, field: str) -> float:
+    number = _number(value, field)
+    require(number >= 0, field, f"must be ≥ 0, got {value!r}")
+    return number
+
+
+def _positive(value: Any, field: str) -> float:
+    number = _number(value, field)
+    require(number > 0, field, f"must be > 0, got {value!r}")
+    return number
+
+
+def _token_count(value: Any, field: str) -> int:
+    """A whole number ≥ 0; ints pass through untouched (token counts can exceed 2^53)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        number = _non_negative(value, field)
+        require(number == int(number), field, f"must be a whole number of tokens, got {value!r}")
+        value = int(number)
+    require(value >= 0, field, f"must be ≥ 0, got {value!r}")
+    return value
+
+
+def _vector(values: Sequence[float]) -> Tensor:
+    return torch.tensor(list(values), dtype=torch.float64)
+
+
+def _main_then_extra(k: int, extra: Sequence[float]) -> Tensor:
+    """[1, extra_2, …, extra_K]: horizon 1 is never down-weighted."""
+    assert len(extra) == k - 1
+    return _vector([1.0, *extra])
+
+
+# ---------------------------------------------------------------- schedules
+
+
+@dataclass(frozen=True)
+class WeightSchedule:
+    """Base: `k` horizons; subclasses implement `lambdas(progress)`."""
+
+    k: int
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.k, int) and self.k >= 1, "head.k", f"must be an integer ≥ 1, got {self.k!r}")
+
+    def lambdas(self, progress: Progress) -> Tensor:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Uniform(WeightSchedule):
+    """λ_k = 1, or an explicit user list `lambdas` of length K (finite, ≥ 0)."""
+
+    explicit_lambdas: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.explicit_lambdas is None:
+            return
+        values = _explicit_lambdas(self.explicit_lambdas, self.k)
+        object.__setattr__(self, "explicit_lambdas", values)
+
+    def lambdas(self, progress: Progress) -> Tensor:
+        return _vector(self.explicit_lambdas if self.explicit_lambdas is not None else [1.0] * self.k)
+
+
+def _explicit_lambdas(values: Any, k: int) -> tuple[float, ...]:
+    require(_is_list_like(values), "weights.lambdas", f"must be a list of {k} numbers, got {values!r}")
+    values = list(values)
+    require(len(values) == k, "weights.lambdas", f"must have K = {k} entries, got {len(values)}")
+    return tuple(_non_negative(v, "weights.lambdas") for v in values)
+
+
+def _is_list_like(values: Any) -> bool:
+    # Hydra hands lists over as ListConfig, which is iterable but not a Sequence.
+    return isinstance(values, Iterable) and not isinstance(values, (str, bytes, Mapping))
+
+
+@dataclass(frozen=True)
+class Geometric(WeightSchedule):
+    """λ_k = γ^(k-1): distant horizons are noisier, so they get geometrically less weight."""
+
+    gamma: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "gamma", _positive(self.gamma, "weights.gamma"))
+
+    def lambdas(self, progress: Progress) -> Tensor:
+        return _vector([self.gamma ** (k - 1) for k in range(1, self.k + 1)])
+
+
+@dataclass(frozen=True)
+class Medusa(WeightSchedule):
+    """Medusa weights its i-th extra head (i = 1, 2, …) by base^i, base = 0.8.
+
+    That extra head predicts horizon k = i + 1, so λ_k = base^(k-1), and λ_1 = 1
+    for the next-token head.
+    """
+
+    base: float = 0.8
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "base", _positive(self.base, "weights.base"))
+
+    def lambdas(self, progress: Progress) -> Tensor:
+        return _vector([self.base ** (k - 1) for k in range(1, self.k + 1)])
+
+
+@dataclass(frozen=True)
+class DeepSeek(WeightSchedule):
+    """DeepSeek-V3: L = L_main + (λ/D) Σ_d L_mtp(d), D = K - 1 extra depths.
+
+    λ = `initial` while consumed_tokens < switch_tokens, then `final`. The default
+    switch is the paper's 10T tokens; small runs set their own.
+    """
+
+    initial: float = 0.3
+    final: float = 0.1
+    switch_tokens: int = 10_000_000_000_000
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "initial", _non_negative(self.initial, "weights.initial"))
+        object.__setattr__(self, "final", _non_negative(self.final, "weights.final"))
+        object.__setattr__(self, "switch_tokens", _token_count(self.switch_tokens, "weights.switch_tokens"))
+
+    def mtp_weight(self, progress: Progress) -> float:
+        return self.initial if progress.consumed_tokens < self.switch_tokens else self.final
+
+    def lambdas(self, progress: Progress) -> Tensor:
+        depths = self.k - 1
+        per_depth = self.mtp_weight(progress) / depths if depths else 0.0
+        return _main_then_extra(self.k, [per_depth] * depths)
+
+
+@dataclass(frozen=True)
+class LinearDecay(WeightSchedule):
+    """Extra-horizon weight goes linearly from `start` (step 0) to `end` (step total_steps)."""
+
+    start: float = 1.0
+    end: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "start", _non_negative(self.start, "weights.start"))
+        object.__setattr__(self, "end", _non_negative(self.end, "weights.end"))
+
+    def lambdas(self, progress: Progress) -> Tensor:
+        weight = self.start + (self.end - self.start) * progress.fraction
+        return _main_then_extra(self.k, [weight] * (self.k - 1))
+
+
+@dataclass(frozen=True)
+class Anneal(WeightSchedule):
+    """Extra-horizon weight follows a cosine from `start` at step 0 to 0 at total_steps:
+    start · (1 + cos(π · step/total_steps)) / 2 (MTP as an auxiliary objective that
+    hands over to pure next-token training by the end).
+    """
+
+    start: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "start", _non_negative(self.start, "weights.start"))
+
+    def lambdas(self, progress: Progress) -> Tensor:
+        weight = self.start * 0.5 * (1.0 + math.cos(math.pi * progress.fraction))
+        return _main_then_extra(self.k, [weight] * (self.k - 1))
+
+
+def forward_active_horizons(k: int, progress: Progress) -> int:
+    """Horizons 1..n are active, n = 1 + floor(K · step / total_steps), clipped to K.
+
+    Training splits into K equal phases; phase p (0-based) trains horizons 1..p+1.
+    Integer arithmetic keeps the phase boundaries exact.
+    """
+    step = min(progress.step, progress.total_steps)
+    return min(k, 1 + (k * step) // progress.total_steps)
+
+
+@dataclass(frozen=True)
+class CurriculumForward(WeightSchedule):
+    """Horizons are switched on one by one: n_active grows 1 → K (see forward_active_horizons)."""
+
+    def active_horizons(self, progress: Progress) -> int:
+        return forward_active_horizons(self.k, progress)
+
+    def lambdas(self, progress: Progress) -> Tensor:
+        return _first_n_active(self.k, self.active_horizons(progress))
+
+
+@dataclass(frozen=True)
+class CurriculumReverse(WeightSchedule):
+    """Mirror of the forward curriculum: n_active = K + 1 - n_forward, shrinking K → 1.
+
+    The farthest horizons switch off first; horizon 1 is always active.
+    """
+
+    def active_horizons(self, progress: Progress) -> int:
+        return self.k + 1 - forward_active_horizons(self.k, progress)
+
+    def lambdas(self, progress: Progress) -> Tensor:
+        return _first_n_active(self.k, self.active_horizons(progress))
+
+
+def _first_n_active(k: int, n_active: int) -> Tensor:
+    return _vector([1.0] * n_active + [0.0] * (k - n_active))
+
+
+WEIGHT_SCHEDULES: dict[str, type[WeightSchedule]] = {
+    "uniform": Uniform,
+    "geometric": Geometric,
+    "medusa": Medusa,
+    "deepseek": DeepSeek,
+    "linear_decay": LinearDecay,
+    "curriculum_forward": CurriculumForward,
+    "curriculum_reverse": CurriculumReverse,
+    "anneal": Anneal,
+}
+
+# Config option name → dataclass field name, where the field must differ
+# (Uniform's field cannot be called `lambdas`: that is its method).
+_OPTION_FIELDS = {"lambdas": "explicit_lambdas"}
+
+
+def build_weight_schedule(name: str, k: int, **options: Any) -> WeightSchedule:
+    """Build schedule `name` for `k` horizons; unknown names or options raise ConfigError."""
+    require(name in WEIGHT_SCHEDULES, "weights.name", f"unknown {name!r}; allowed: {', '.join(WEIGHT_SCHEDULES)}")
+    cls = WEIGHT_SCHEDULES[name]
+    allowed = _options_of(cls)
+    for option in options:
+        require(
+            option in allowed,
+            f"weights.{option}",
+            f"not an option of schedule {name!r}; allowed: {', '.join(allowed) or 'none'}",
+        )
+    return cls(k=k, **{_OPTION_FIELDS.get(option, option): value for option, value in options.items()})
+
+
+def _options_of(cls: type[WeightSchedule]) -> list[str]:
+    field_to_option = {field: option for option, field in _OPTION_FIELDS.items()}
+    return [field_to_option.get(f.name, f.name) for f in dataclasses.fields(cls) if f.name != "k"]

@@ -1,0 +1,129 @@
+"""`lab-train`: compose (Hydra), validate, instantiate, fit (Lightning), record (run.json).
+
+Bad input ends with one line `error: <field>: <what is allowed>` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from lab.config_checks import check_group_overrides, validate_config  # noqa: E402
+from lab.errors import ConfigError  # noqa: E402
+from lab.run_record import RunRecord  # noqa: E402
+
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+def build_and_fit(cfg: DictConfig, record: RunRecord):
+    import pytorch_lightning as pl
+
+    from lab.data import LMDataModule
+    from lab.model.mtp import parameter_table
+    from lab.module import MTPLitModule
+
+    pl.seed_everything(cfg.seed, workers=True)
+    datamodule = LMDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    model_cfg["vocab_size"] = model_cfg["vocab_size"] or datamodule.vocab_size
+    module = MTPLitModule(
+        model=model_cfg,
+        head=OmegaConf.to_container(cfg.head, resolve=True),
+        reduction=OmegaConf.to_container(cfg.reduction, resolve=True),
+        weights=OmegaConf.to_container(cfg.weights, resolve=True),
+        schedule=OmegaConf.to_container(cfg.schedule, resolve=True),
+        optim=OmegaConf.to_container(cfg.optim, resolve=True),
+        total_steps=int(cfg.trainer.max_steps),
+    )
+    table = parameter_table(module.model)
+    print("parameters: " + ", ".join(f"{key}={value}" for key, value in table.items()))
+    record.update(parameters=table)
+    datamodule.setup("fit")
+    record.update(
+        manifest={
+            "head": cfg.head.name,
+            "k": module.model.k,
+            "lambdas": cfg.weights.name,
+            "reduction": cfg.reduction.policy,
+            "count_scope": cfg.reduction.count_scope,
+            "schedule": cfg.schedule.name,
+            "tokenizer": datamodule.tokenizer_identity,
+            "corpus_fingerprint": datamodule.corpus_fingerprint,
+        },
+        corpus_stats=datamodule.corpus_stats,
+    )
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_ckpt_path(cfg))
+    return trainer
+
+
+def resolve_ckpt_path(cfg: DictConfig) -> str | None:
+    if cfg.ckpt_path in (None, "last"):
+        last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+        return str(last) if cfg.ckpt_path == "last" and last.exists() else None
+    if not Path(cfg.ckpt_path).exists():
+        raise ConfigError("ckpt_path", f"no such checkpoint: {cfg.ckpt_path}")
+    return str(cfg.ckpt_path)
+
+
+def finish_wandb() -> None:
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+    except Exception:  # a logger failure must not hide the job's own error
+        pass
+
+
+def run(cfg: DictConfig) -> float | None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    record = RunRecord(run_dir)
+    record.update(config=OmegaConf.to_container(cfg, resolve=True), overrides=list(HydraConfig.get().overrides.task))
+    try:
+        validate_config(cfg)
+        trainer = build_and_fit(cfg, record)
+    except ConfigError as error:
+        record.finish("failed", f"config error: {error}")
+        finish_wandb()
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except BaseException as error:
+        record.finish("failed", f"{type(error).__name__}: {error}")
+        finish_wandb()
+        raise
+    record.finish("ok", metrics=trainer.callback_metrics)
+    finish_wandb()
+    value = trainer.callback_metrics.get("val/loss")
+    return None if value is None else float(value)
+
+
+@hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
+def hydra_main(cfg: DictConfig) -> float | None:
+    return run(cfg)
+
+
+def main() -> None:
+    try:
+        check_group_overrides(sys.argv[1:], Path(CONF_DIR))
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    hydra_main()
+
+
+if __name__ == "__main__":
+    main()

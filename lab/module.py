@@ -25,8 +25,10 @@ from lab.objective import (
     coefficients,
     effective_weights,
     evaluate_horizons,
+    logit_bytes,
     validate_reduction,
 )
+from lab.objective.memory import SavedTensorMeter
 
 COUNT_SCOPES = ("global", "local")
 
@@ -91,10 +93,11 @@ class MTPLitModule(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         optimizer = self.optimizers()
         optimizer.zero_grad(set_to_none=True)
-        horizons = self.model(batch)
-        coeffs, counts, lambdas, scale = self.objective_coefficients(self.local_counts(horizons), batch)
-        root, stats = self.backward_schedule.run(horizons, (coeffs * scale).to(torch.float32))
-        self.manual_backward(root)
+        with SavedTensorMeter() as meter:
+            horizons = self.model(batch)
+            coeffs, counts, lambdas, scale = self.objective_coefficients(self.local_counts(horizons), batch)
+            root, stats = self.backward_schedule.run(horizons, (coeffs * scale).to(torch.float32))
+            self.manual_backward(root)
         self.clip_gradients(optimizer, gradient_clip_val=self.hparams.optim.get("grad_clip"), gradient_clip_algorithm="norm")
         optimizer.step()
         self.lr_schedulers().step()
@@ -116,6 +119,11 @@ class MTPLitModule(pl.LightningModule):
             "coefficients": coeffs,
             "lambdas": lambdas,
             "effective_weights": effective_weights(coeffs, counts),
+            "mem/logits_live_bytes": logit_bytes(
+                stats.counts.tolist(), horizons[0].weight.shape[0], schedule=self.backward_schedule.name,
+                bytes_per_element=horizons[0].hidden.element_size(), chunk_rows=getattr(self.backward_schedule, "chunk_rows", None),
+            ),
+            "mem/saved_peak_bytes": meter.peak_bytes,
         }
 
     def validation_step(self, batch, batch_idx):

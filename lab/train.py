@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# Checkpoints are written after the optimizer step on purpose (resume continues from there).
+warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402

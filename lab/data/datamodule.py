@@ -25,7 +25,14 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from lab.data.packing import PackedRows, check_seq_len, pack_stream, token_stream, tokenize_documents, unigram_entropy_bits
+from lab.data.packing import (
+    PackedRows,
+    check_seq_len,
+    pack_stream,
+    token_stream,
+    tokenize_documents,
+    unigram_entropy_bits,
+)
 from lab.data.sources import LOCAL_SOURCES, SOURCES, Corpus, load_corpus, resolve_local_files
 from lab.data.tokenizers import ByteTokenizer, Tokenizer, build_tokenizer, check_tokenizer_config
 from lab.errors import require
@@ -243,6 +250,11 @@ class LMDataModule(pl.LightningDataModule):
     def vocab_size(self) -> int:
         """Known from the config alone, so a model can be built before setup()."""
         return self.config.vocab_size if self.config.tokenizer == "bpe" else ByteTokenizer.vocab_size
+
+    @property
+    def token_byte_lengths(self) -> torch.Tensor:
+        """[vocab_size] long: UTF-8 bytes per token id (0 for specials), for bits-per-byte metrics."""
+        return torch.from_numpy(self.tokenizer.token_byte_lengths())
 
     @property
     def tokenizer(self) -> Tokenizer:

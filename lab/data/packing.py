@@ -42,7 +42,9 @@ _MAP_BATCH = 256
 class PackedRows(torch.utils.data.Dataset):
     """Packed rows as four [N, S] tensors; an item is a dict of four [S] tensors."""
 
-    def __init__(self, tokens: torch.Tensor, active: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor):
+    def __init__(
+        self, tokens: torch.Tensor, active: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor
+    ):
         shape = tokens.shape
         assert tokens.dim() == 2 and all(t.shape == shape for t in (active, segment_ids, position_ids)), shape
         self.tokens = tokens  # [N, S] long

@@ -44,6 +44,10 @@ class Tokenizer(Protocol):
         """int32 ids per text, no specials added (the packer appends EOS)."""
         ...
 
+    def token_byte_lengths(self) -> np.ndarray:
+        """[vocab_size] int64: UTF-8 bytes each id stands for (0 for specials and unused ids)."""
+        ...
+
 
 class ByteTokenizer:
     """UTF-8 bytes are ids 0..255; BOS=256, EOS=257, PAD=258."""
@@ -60,6 +64,11 @@ class ByteTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8).astype(np.int32) for t in texts]
+
+    def token_byte_lengths(self) -> np.ndarray:
+        lengths = np.zeros(self.vocab_size, dtype=np.int64)
+        lengths[:N_BYTES] = 1
+        return lengths
 
     def decode(self, ids: Sequence[int]) -> str:
         # A cut inside a multi-byte character decodes to U+FFFD rather than failing.
@@ -128,6 +137,14 @@ class BPETokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+
+    def token_byte_lengths(self) -> np.ndarray:
+        lengths = np.zeros(self.vocab_size, dtype=np.int64)
+        specials = {self.bos_id, self.eos_id, self.pad_id}
+        for token, index in self._tokenizer.get_vocab(with_added_tokens=True).items():
+            # Byte-level BPE spells every byte as one printable character.
+            lengths[index] = 0 if index in specials else len(token)
+        return lengths
 
     def decode(self, ids: Sequence[int]) -> str:
         trained = self.identity["trained_vocab_size"]

@@ -1,0 +1,88 @@
+"""Shared helpers for the benchmark scripts: interleaved A/B timing and plain-text tables.
+
+Variants are timed side by side in one process: after warm-up, every round runs each
+variant once, in an order rotated from round to round, so slow drifts (thermal state,
+allocator growth, other load) spread evenly over all variants. Report the median and
+the interquartile range of the per-call times.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Import this module before torch. On a shared 2-core machine the default OpenMP
+# spin-wait turns every parallel region into a wait for a descheduled thread (a tiny
+# model's step measured 8x slower with 2 threads than with 1 under load); passive
+# waiting keeps 2-thread timings meaningful. An explicit setting is respected.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+
+@dataclass
+class Timing:
+    """Summary of one variant's per-call wall times (seconds)."""
+
+    samples: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def iqr(self) -> tuple[float, float]:
+        """(first quartile, third quartile); both equal the value for a single sample."""
+        if len(self.samples) < 2:
+            return self.samples[0], self.samples[0]
+        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return q1, q3
+
+    def ms(self) -> str:
+        """'median [q1–q3]' in milliseconds."""
+        q1, q3 = self.iqr
+        return f"{self.median * 1e3:.1f} [{q1 * 1e3:.1f}–{q3 * 1e3:.1f}]"
+
+
+def interleave(variants: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, Timing]:
+    """Time `fn()` of every variant `repeats` times in rotated round-robin order, after `warmup` rounds."""
+    names = list(variants)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(warmup + repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            variants[name]()
+            elapsed = time.perf_counter() - start
+            if round_index >= warmup:
+                samples[name].append(elapsed)
+    return {name: Timing(values) for name, values in samples.items()}
+
+
+def ratio(a: Timing, b: Timing) -> float:
+    """Median of a over median of b."""
+    return a.median / b.median
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table, columns right-aligned except the first."""
+    cells = [[str(h) for h in headers]] + [[_fmt(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
+    return str(value)
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"

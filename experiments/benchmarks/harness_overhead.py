@@ -1,0 +1,177 @@
+"""Harness overhead: the Lightning training step against a plain PyTorch loop.
+
+Both sides train the default tiny model (d_model 128, 4 layers, 4 heads, byte vocab
+259, seq 128, batch 16, head ntp, reduction head_mean, schedule sequential, AdamW lr
+3e-3 with the module's warm-up/cosine LR schedule, grad clip 1.0) on the same
+stdlib-corpus DataModule, from the same initial weights.
+
+- lightning: `MTPLitModule` driven by a real `pytorch_lightning.Trainer` (CPU, no
+  logger, no checkpointing, no progress bar, no validation).
+- plain: the same model, objective (`coefficients` + `schedule.run` + `backward`),
+  AdamW + LambdaLR + `clip_grad_norm_`, with a plain `for batch in loader` loop.
+- plain+meter: plain, with the step wrapped in `SavedTensorMeter` like the module does.
+
+Interleaving: a Callback times each Lightning step as the wall time between the end
+of one `on_train_batch_end` and the next (one full loop iteration: data fetch,
+hooks, training_step, optimizer and scheduler step). After every block of N Lightning
+steps it runs N plain and N plain+meter steps (their order alternates), each timed
+from fetching the batch to the end of the scheduler step. The first rounds are warm-up.
+
+    python -m experiments.benchmarks.harness_overhead            # ~2 min on 2 idle cores
+    python -m experiments.benchmarks.harness_overhead --quick    # seconds-long smoke run
+"""
+
+from __future__ import annotations
+
+# common first: it sets OMP_WAIT_POLICY before torch loads OpenMP.
+from experiments.benchmarks.common import Timing, table, verdict  # isort: skip
+
+import argparse
+import contextlib
+import logging
+import time
+import warnings
+
+import pytorch_lightning as pl
+import torch
+from lab.data import LMDataModule
+from lab.module import MTPLitModule
+from lab.objective import Progress, coefficients
+from lab.objective.memory import SavedTensorMeter
+
+MODEL = dict(vocab_size=259, d_model=128, n_layers=4, n_heads=4, mlp_ratio=4, rope_base=10000.0, norm_eps=1e-5,
+             tie_embeddings=True, init_std=0.02)
+HEAD = dict(name="ntp", k=1)
+REDUCTION = dict(policy="head_mean", count_scope="global", fixed_denominator=None)
+WEIGHTS = dict(name="uniform", lambdas=None)
+SCHEDULE = dict(name="sequential", chunk_rows=None)
+OPTIM = dict(lr=3e-3, betas=[0.9, 0.95], weight_decay=0.1, warmup_steps=30, min_lr_ratio=0.1, grad_clip=1.0)
+
+
+def build_module(total_steps: int) -> MTPLitModule:
+    return MTPLitModule(model=MODEL, head=HEAD, reduction=REDUCTION, weights=WEIGHTS, schedule=SCHEDULE, optim=OPTIM,
+                        total_steps=total_steps)
+
+
+class PlainLoop:
+    """The same training step without Lightning: model, objective, AdamW, LR schedule, clipping."""
+
+    def __init__(self, template: MTPLitModule, datamodule: LMDataModule, total_steps: int, meter: bool):
+        # A detached module instance only as a container: its model (same initial weights as the
+        # Lightning one) and its configure_optimizers(), so the optimizer setup is identical.
+        self.owner = build_module(total_steps)
+        self.owner.model.load_state_dict(template.model.state_dict())
+        self.model = self.owner.model
+        config = self.owner.configure_optimizers()
+        self.optimizer, self.scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
+        self.weight_schedule = self.owner.weight_schedule
+        self.backward_schedule = self.owner.backward_schedule
+        self.datamodule, self.total_steps, self.meter = datamodule, total_steps, meter
+        self.loader = iter(datamodule.train_dataloader())
+        self.step_index, self.consumed_tokens = 0, 0
+
+    def next_batch(self) -> dict:
+        try:
+            return next(self.loader)
+        except StopIteration:
+            self.loader = iter(self.datamodule.train_dataloader())
+            return next(self.loader)
+
+    def step(self) -> None:
+        batch = self.next_batch()
+        self.optimizer.zero_grad(set_to_none=True)
+        with SavedTensorMeter() if self.meter else contextlib.nullcontext():
+            horizons = self.model(batch)
+            counts = torch.stack([h.mask.sum() for h in horizons]).to(torch.float64)  # [K]
+            lambdas = self.weight_schedule.lambdas(Progress(self.step_index, self.consumed_tokens, self.total_steps))
+            coeffs = coefficients(REDUCTION["policy"], counts, lambdas, fixed_denominator=batch["tokens"].numel())
+            root, stats = self.backward_schedule.run(horizons, coeffs.to(torch.float32))
+            root.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), OPTIM["grad_clip"])
+        self.optimizer.step()
+        self.scheduler.step()
+        loss = (coeffs * stats.loss_sums.to(torch.float64)).sum()
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss at step {self.step_index}")
+        self.consumed_tokens += int(batch["active"].sum().item())
+        self.step_index += 1
+
+
+class Interleaver(pl.Callback):
+    """Times every Lightning step; after each block of Lightning steps, runs and times the plain loops."""
+
+    def __init__(self, plain: dict[str, PlainLoop], block: int, warmup_rounds: int):
+        self.plain, self.block, self.warmup_rounds = plain, block, warmup_rounds
+        self.samples: dict[str, list[float]] = {"lightning": [], **{name: [] for name in plain}}
+        self.steps = 0
+        self.mark: float | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.mark is None:  # the very first step: nothing before it to time from
+            self.mark = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        elapsed = time.perf_counter() - self.mark
+        round_index = self.steps // self.block
+        keep = round_index >= self.warmup_rounds
+        if keep:
+            self.samples["lightning"].append(elapsed)
+        self.steps += 1
+        if self.steps % self.block == 0:
+            names = list(self.plain)
+            if round_index % 2:
+                names.reverse()
+            for name in names:
+                for _ in range(self.block):
+                    start = time.perf_counter()
+                    self.plain[name].step()
+                    if keep:
+                        self.samples[name].append(time.perf_counter() - start)
+        self.mark = time.perf_counter()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny smoke configuration (seconds)")
+    parser.add_argument("--block", type=int, default=None, help="steps per variant per round")
+    parser.add_argument("--rounds", type=int, default=None, help="measured rounds (after warm-up)")
+    args = parser.parse_args(argv)
+    block = args.block or (2 if args.quick else 10)
+    rounds = args.rounds or (1 if args.quick else 20)
+    warmup_rounds = 1 if args.quick else 2
+    lightning_steps = block * (rounds + warmup_rounds)
+
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    pl.seed_everything(0, workers=True, verbose=False)
+    datamodule = LMDataModule(source="stdlib", max_docs=50, seq_len=128, batch_size=16, seed=0)
+    datamodule.setup("fit")
+    module = build_module(lightning_steps)
+    plain = {name: PlainLoop(module, datamodule, lightning_steps, meter=meter)
+             for name, meter in (("plain", False), ("plain+meter", True))}
+    bench = Interleaver(plain, block, warmup_rounds)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=lightning_steps, max_epochs=-1, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, limit_val_batches=0, deterministic=True, callbacks=[bench],
+    )
+    print(
+        f"harness_overhead: tiny ntp model (d_model 128, 4 layers, vocab 259), batch 16 x seq 128, schedule sequential, "
+        f"{torch.get_num_threads()} threads; {rounds} rounds x {block} steps per variant after {warmup_rounds} warm-up rounds"
+    )
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule)
+    timings = {name: Timing(values) for name, values in bench.samples.items()}
+    base = timings["plain"].median
+    rows = [[name, len(t.samples), t.ms(), f"{t.median / base:.3f}"] for name, t in timings.items()]
+    print(table(["variant", "steps", "ms/step median [IQR]", "vs plain"], rows))
+    lightning, plain_t, metered = (timings[n].median for n in ("lightning", "plain", "plain+meter"))
+    print(f"lightning / plain       : {lightning / plain_t:.3f}  (goal <= 1.05: {verdict(lightning / plain_t <= 1.05)})")
+    print(f"plain+meter / plain     : {metered / plain_t:.3f}  (cost of SavedTensorMeter)")
+    print(f"lightning / plain+meter : {lightning / metered:.3f}  (Lightning alone, meter on both sides)")
+    print(f"total {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

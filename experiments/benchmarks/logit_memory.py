@@ -1,0 +1,228 @@
+"""Logit memory and step time of the backward schedules (joint, sequential, chunked).
+
+For each vocabulary size V and horizon count K, a `parallel` head (not compute-matched)
+on a small trunk runs one training step (forward + schedule.run + backward, no
+optimizer) per schedule:
+
+- peak saved bytes: `SavedTensorMeter` around the step (what `mem/saved_peak_bytes` logs);
+- base: the meter's live bytes right after the model forward (trunk + head
+  activations, before any logits exist); (peak − base) / logit_bytes says how closely
+  the measured peak follows the logical `logit_bytes` (`mem/logits_live_bytes`);
+- rss Δ: process peak RSS during the step minus RSS before it (after `malloc_trim`),
+  an approximate cross-check that also sees transient tensors the meter cannot
+  (the chunked op never saves its chunk logits for backward);
+- time: median [IQR] over interleaved repeats across schedules (without the meter).
+
+    python -m experiments.benchmarks.logit_memory            # full grid, ~7 min on 2 cores
+    python -m experiments.benchmarks.logit_memory --quick    # seconds-long smoke run
+"""
+
+from __future__ import annotations
+
+# common first: it sets OMP_WAIT_POLICY before torch loads OpenMP.
+from experiments.benchmarks.common import Timing, interleave, table, verdict  # isort: skip
+
+import argparse
+import ctypes
+import re
+import time
+
+import torch
+from lab.model.heads import HeadConfig
+from lab.model.mtp import MTPModel
+from lab.model.trunk import ModelConfig
+from lab.objective import build_backward_schedule, coefficients, logit_bytes
+from lab.objective.memory import SavedTensorMeter
+
+SCHEDULES = ("joint", "sequential", "chunked")
+MB = 1e6
+
+try:
+    _LIBC = ctypes.CDLL("libc.so.6")
+except OSError:  # not glibc: RSS figures are then less reliable, still reported
+    _LIBC = None
+
+
+def random_batch(vocab: int, batch: int, seq: int, generator: torch.Generator) -> dict:
+    """One document per row, every token active."""
+    return {
+        "tokens": torch.randint(0, vocab, (batch, seq), generator=generator),
+        "active": torch.ones(batch, seq, dtype=torch.bool),
+        "segment_ids": torch.zeros(batch, seq, dtype=torch.long),
+        "position_ids": torch.arange(seq).expand(batch, seq).contiguous(),
+    }
+
+
+def train_step(model: MTPModel, schedule, batch: dict, meter: SavedTensorMeter | None = None):
+    """forward + schedule.run + backward; returns (per-horizon counts, saved bytes after the forward)."""
+    model.zero_grad(set_to_none=True)
+    horizons = model(batch)
+    base = meter.live_bytes if meter is not None else 0
+    if isinstance(meter, ParamAwareMeter):
+        meter.base_without_params = meter.live_bytes - meter.param_live
+    counts = torch.stack([h.mask.sum() for h in horizons]).to(torch.float64)  # [K]
+    coeffs = coefficients("head_mean", counts, torch.ones(len(horizons)), fixed_denominator=batch["tokens"].numel())
+    root, stats = schedule.run(horizons, coeffs.to(torch.float32))
+    root.backward()
+    return stats.counts.tolist(), base
+
+
+def _rss() -> tuple[int, int]:
+    """(peak RSS since the last reset, current RSS) in bytes, from /proc (Linux)."""
+    status = open("/proc/self/status").read()
+    field = lambda name: int(re.search(rf"{name}:\s+(\d+)", status).group(1)) * 1024  # noqa: E731
+    return field("VmHWM"), field("VmRSS")
+
+
+def _reset_rss_peak() -> int:
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)  # give freed heap back so the next peak is the step's own
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")  # reset VmHWM to the current RSS
+    except OSError:
+        pass
+    return _rss()[1]
+
+
+class ParamAwareMeter(SavedTensorMeter):
+    """The lab meter, unchanged, plus a second peak that leaves out Parameter storages.
+
+    `SavedTensorMeter` skips only tensors that *are* Parameters; autograd saves views of
+    them (`weight.t()` in every linear) and the sequential schedule saves detached leaves
+    that share their storage, so the lab figure includes those weights. The second
+    figure excludes every storage owned by a Parameter of the model.
+    """
+
+    def __init__(self, params):
+        super().__init__()
+        self.param_keys = {p.untyped_storage().data_ptr() for p in params}
+        self.param_live = 0
+        self.peak_without_params = 0
+
+    def _pack(self, tensor):
+        counted = not isinstance(tensor, torch.nn.Parameter) and tensor.device.type != "meta"
+        key = tensor.untyped_storage().data_ptr() if counted else None
+        first = counted and self._refs.get(key, 0) == 0
+        packed = super()._pack(tensor)
+        if first and key in self.param_keys:
+            self.param_live += self._sizes[key]
+        self.peak_without_params = max(self.peak_without_params, self.live_bytes - self.param_live)
+        return packed
+
+    def _release(self, key):
+        size = self._sizes.get(key, 0)
+        super()._release(key)
+        if key in self.param_keys and key not in self._refs:
+            self.param_live -= size
+
+
+def measure_memory(model, schedule, batch) -> dict:
+    rss_before = _reset_rss_peak()
+    with ParamAwareMeter(model.parameters()) as meter:
+        counts, base = train_step(model, schedule, batch, meter)
+    rss_peak = _rss()[0]
+    return {"peak": meter.peak_bytes, "base": base, "counts": counts, "rss": rss_peak - rss_before,
+            "peak_np": meter.peak_without_params, "base_np": meter.base_without_params}
+
+
+def run_config(vocab: int, k: int, args) -> list[dict]:
+    torch.manual_seed(0)
+    model_cfg = ModelConfig(vocab_size=vocab, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads)
+    model = MTPModel(model_cfg, HeadConfig(name="parallel", k=k, compute_matched=False))
+    batch = random_batch(vocab, args.batch, args.seq, torch.Generator().manual_seed(vocab + k))
+    schedules = {name: build_backward_schedule(name, args.chunk_rows) for name in SCHEDULES}
+    timings: dict[str, Timing] = interleave(
+        {name: (lambda s=schedule: train_step(model, s, batch)) for name, schedule in schedules.items()},
+        repeats=args.repeats,
+        warmup=1,
+    )
+    # One metered step per schedule, after the timing (warm allocator, so RSS shows the step itself).
+    memory = {name: measure_memory(model, schedule, batch) for name, schedule in schedules.items()}
+    results = []
+    for name in SCHEDULES:
+        mem = memory[name]
+        logical = logit_bytes(mem["counts"], vocab, schedule=name, chunk_rows=args.chunk_rows)
+        results.append({"V": vocab, "K": k, "schedule": name, **mem, "logical": logical, "time": timings[name]})
+    return results
+
+
+def report(results: list[dict], args) -> str:
+    by_key = {(r["V"], r["K"], r["schedule"]): r for r in results}
+    rows = []
+    for r in results:
+        joint = by_key[(r["V"], r["K"], "joint")]
+        k1 = by_key.get((r["V"], 1, r["schedule"]))
+        rows.append([
+            r["V"], r["K"], r["schedule"],
+            f"{r['peak'] / MB:.1f}",
+            f"{r['peak'] / joint['peak']:.3f}",
+            f"{r['peak'] / k1['peak']:.2f}" if k1 else "-",
+            f"{r['base'] / MB:.1f}",
+            f"{r['logical'] / MB:.1f}",
+            f"{(r['peak'] - r['base']) / r['logical']:.3f}",
+            f"{(r['peak_np'] - r['base_np']) / r['logical']:.3f}",
+            f"{r['rss'] / MB:.0f}",
+            r["time"].ms(),
+            f"{r['time'].median / joint['time'].median:.3f}",
+        ])
+    headers = ["V", "K", "schedule", "peak MB", "peak/joint", "peak/K=1", "base MB", "logit MB",
+               "(peak-base)/logit", "same excl. params", "rss Δ MB", "time ms [IQR]", "time/joint"]
+    return table(headers, rows)
+
+
+def goals(results: list[dict], vocab: int, k: int) -> list[str]:
+    by = {r["schedule"]: r for r in results if r["V"] == vocab and r["K"] == k}
+    if set(by) != set(SCHEDULES):
+        return [f"goals at V={vocab}, K={k}: not measured in this configuration"]
+    joint, seq, chunk = by["joint"], by["sequential"], by["chunked"]
+    seq_mem = seq["peak"] / joint["peak"]
+    chunk_mem = chunk["peak"] / joint["peak"]
+    seq_time = seq["time"].median / joint["time"].median
+    lines = [
+        f"goals at V={vocab}, K={k}:",
+        f"  sequential peak <= 0.35 x joint : {seq_mem:.3f}  {verdict(seq_mem <= 0.35)}",
+        f"  chunked peak    <= 0.15 x joint : {chunk_mem:.3f}  {verdict(chunk_mem <= 0.15)}",
+        f"  sequential time <= 1.05 x joint : {seq_time:.3f}  {verdict(seq_time <= 1.05)}",
+    ]
+    for name, r in by.items():
+        follow = (r["peak"] - r["base"]) / r["logical"]
+        follow_np = (r["peak_np"] - r["base_np"]) / r["logical"]
+        note = "; the meter sees saved tensors only and chunk logits are never saved" if name == "chunked" else ""
+        lines.append(
+            f"  (peak-base)/logit_bytes within 15% [{name}] : {follow:.3f}  {verdict(abs(follow - 1) <= 0.15)}"
+            f"  (excluding Parameter storages: {follow_np:.3f}{note})"
+        )
+    return lines
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny smoke configuration (seconds)")
+    parser.add_argument("--repeats", type=int, default=None)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.vocabs, args.ks, args.batch, args.seq, args.repeats = (4096,), (1, 2), 2, 64, args.repeats or 1
+        args.goal_v, args.goal_k = 4096, 2
+    else:
+        args.vocabs, args.ks, args.batch, args.seq, args.repeats = (256, 8192, 32768), (1, 2, 4, 8), 4, 128, args.repeats or 5
+        args.goal_v, args.goal_k = 32768, 4
+    args.d_model, args.n_layers, args.n_heads, args.chunk_rows = 64, 2, 4, 256
+
+    print(
+        f"logit_memory: parallel head (compute_matched=False), d_model {args.d_model}, trunk {args.n_layers} layers, "
+        f"{args.n_heads} attention heads, batch {args.batch} x seq {args.seq}, chunk_rows {args.chunk_rows}, "
+        f"float32, {torch.get_num_threads()} threads, {args.repeats} interleaved repeats per schedule"
+    )
+    start = time.perf_counter()
+    results = []
+    for vocab in args.vocabs:
+        for k in args.ks:
+            results.extend(run_config(vocab, k, args))
+    print(report(results, args))
+    print("\n".join(goals(results, args.goal_v, args.goal_k)))
+    print(f"total {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

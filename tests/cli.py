@@ -1,0 +1,52 @@
+"""Run the real `lab-train` CLI in a subprocess with a scaled-down config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TINY = [
+    "model.d_model=32",
+    "model.n_layers=3",
+    "model.n_heads=2",
+    "data.max_docs=20",
+    "data.seq_len=32",
+    "data.batch_size=4",
+    "data.max_val_rows=16",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "trainer.log_every_n_steps=1",
+    "optim.warmup_steps=2",
+    "trainer.enable_progress_bar=false",
+]
+
+
+def lab_train(*overrides: str, cache_dir: Path, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def read_run(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "run.json").read_text())
+
+
+def wandb_history_keys(run_dir: Path) -> tuple[set, list]:
+    """Metric names in the offline wandb run, read back with wandb's own `leet inspect`."""
+    runs = sorted(Path(run_dir, "wandb").glob("offline-run-*"))
+    assert runs, f"no offline wandb run under {run_dir}"
+    out = subprocess.run(["wandb", "leet", "inspect", "--json", str(runs[-1])], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    keys, records = set(), [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    for record in records:
+        if record.get("type") == "history":
+            keys |= set(history_items(record))
+    return keys, records
+
+
+def history_items(record: dict) -> dict:
+    return record.get("history", {}).get("item", {})

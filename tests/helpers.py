@@ -1,0 +1,96 @@
+"""Tiny batch and model builders shared by the model-side tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lab.model.heads import HeadConfig
+from lab.model.mtp import MTPModel
+from lab.model.trunk import ModelConfig
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """Tiny tensors: intra-op threads only add overhead (20x on a loaded machine). Restored afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+PAD = 0
+VOCAB = 37
+D_MODEL = 16
+
+
+def make_batch(tokens, segment_ids, active=None) -> dict:
+    """Batch dict from token and segment rows; position_ids restart at every document occurrence."""
+    tokens = torch.as_tensor(tokens, dtype=torch.long)
+    segment_ids = torch.as_tensor(segment_ids, dtype=torch.long)
+    active = segment_ids >= 0 if active is None else torch.as_tensor(active, dtype=torch.bool)
+    positions = torch.zeros_like(tokens)
+    for b in range(tokens.shape[0]):
+        for t in range(1, tokens.shape[1]):
+            same = segment_ids[b, t] == segment_ids[b, t - 1] and segment_ids[b, t] >= 0
+            positions[b, t] = positions[b, t - 1] + 1 if same else 0
+    return {"tokens": tokens, "active": active, "segment_ids": segment_ids, "position_ids": positions}
+
+
+def packed_batch(seed: int = 0) -> dict:
+    """Two rows of S=12: row 0 = doc (7 tokens) + doc (5 tokens); row 1 = doc (8 tokens) + 4 pads."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(1, VOCAB, (2, 12), generator=g)
+    segments = torch.tensor([[0] * 7 + [1] * 5, [0] * 8 + [-1] * 4])
+    tokens[segments < 0] = PAD
+    return make_batch(tokens, segments)
+
+
+def short_docs_batch(seed: int = 0) -> dict:
+    """S=12, every document ≤ 4 tokens: horizon 4 (and DeepSeek depth 3) has zero valid rows."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(1, VOCAB, (2, 12), generator=g)
+    segments = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, -1], [0, 0, 0, 1, 1, 1, 1, 2, 2, -1, -1, -1]])
+    tokens[segments < 0] = PAD
+    return make_batch(tokens, segments)
+
+
+def model_config(n_layers: int = 2, tie: bool = True, vocab: int = VOCAB, d_model: int = D_MODEL) -> ModelConfig:
+    # init_std 0.2 (not 0.02) so every path carries gradients well above rounding noise.
+    return ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=2, mlp_ratio=2, tie_embeddings=tie, init_std=0.2)
+
+
+def build_model(name: str, k: int = 1, *, seed: int = 0, layers: int = 2, tie: bool = True, **head) -> MTPModel:
+    """A tiny MTPModel with `layers` = model.n_layers; `head` holds extra HeadConfig fields (depth, trunk_grad, ...)."""
+    torch.manual_seed(seed)
+    return MTPModel(model_config(layers, tie), HeadConfig(name=name, k=k, **head))
+
+
+def horizon_sums(horizons) -> list[torch.Tensor]:
+    """S_k: sum cross-entropy of each horizon over its valid rows, from full logits."""
+    sums = []
+    for h in horizons:
+        logits = F.linear(h.norm(h.hidden), h.weight)  # [B, S-k, V]
+        sums.append(F.cross_entropy(logits[h.mask], h.labels[h.mask], reduction="sum"))
+    return sums
+
+
+def grads(model) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient by name (zeros where autograd left None)."""
+    return {n: (torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()) for n, p in model.named_parameters()}
+
+
+def loss_and_grads(model, batch, weights=None):
+    """(Σ_k w_k S_k, grads) for one fresh backward."""
+    model.zero_grad(set_to_none=True)
+    sums = horizon_sums(model(batch))
+    weights = [1.0] * len(sums) if weights is None else weights
+    loss = sum(w * s for w, s in zip(weights, sums))
+    loss.backward()
+    return loss.detach(), grads(model)
+
+
+def assert_close_rel(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-5, what: str = "") -> None:
+    """|a-b|_max ≤ rtol·|a|_max + 1e-8: a tolerance relative to each tensor's scale."""
+    err, scale = (a - b).abs().max().item() if a.numel() else 0.0, a.abs().max().item() if a.numel() else 0.0
+    assert err <= rtol * scale + 1e-8, f"{what}: max diff {err:.3e} vs scale {scale:.3e}"

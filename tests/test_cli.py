@@ -1,0 +1,83 @@
+"""End-to-end runs through the real `lab-train` CLI (Hydra + Lightning + CSV + offline wandb)."""
+
+import csv
+import json
+
+import pytest
+
+from tests.cli import TINY, lab_train, read_run, wandb_history_keys
+
+
+def test_tiny_run_writes_metrics_checkpoint_record_and_wandb(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    result = lab_train(*TINY, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert len(losses) == 6 and all(loss > 0 for loss in losses)
+    assert (run_dir / "checkpoints" / "last.ckpt").exists()
+    record = read_run(run_dir)
+    assert record["status"] == "ok" and record["error"] is None
+    assert len(record["manifest"]["corpus_fingerprint"]) == 64
+    assert record["manifest"]["tokenizer"]["kind"] == "byte"
+    assert record["versions"]["torch"] and "val/loss" in record["final_metrics"]
+    assert record["parameters"]["trunk_layers"] == 3
+    keys, records = wandb_history_keys(run_dir)
+    assert "train/loss" in keys and "val/bpb" in keys
+    run = next(r for r in records if r.get("type") == "run")["run"]
+    assert run["job_type"] == "ntp" and run["project"] == "mtp-lab"
+
+
+def test_every_head_trains_end_to_end_in_one_multirun(tmp_path, cache_dir):
+    sweep = tmp_path / "sweep"
+    result = lab_train(
+        "-m", *TINY, "head=linear,parallel,causal,anticausal", "head.k=4", "model.n_layers=5",
+        f"hydra.sweep.dir={sweep}", cache_dir=cache_dir, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    deepseek = lab_train(
+        *TINY, "head=deepseek", "head.depth=2", f"hydra.run.dir={tmp_path / 'ds'}", cache_dir=cache_dir, cwd=tmp_path
+    )
+    assert deepseek.returncode == 0, deepseek.stderr[-3000:]
+    records = [read_run(d) for d in sorted(sweep.iterdir()) if (d / "run.json").exists()] + [read_run(tmp_path / "ds")]
+    assert [r["manifest"]["head"] for r in records] == ["linear", "parallel", "causal", "anticausal", "deepseek"]
+    for record in records:
+        assert record["status"] == "ok", record["error"]
+        assert record["manifest"]["k"] in (3, 4)
+        table = record["parameters"]
+        assert table["trunk_layers"] + table["head_blocks_on_next_token_path"] == (5 if table["head"] != "deepseek" else 3)
+        for k in range(1, record["manifest"]["k"] + 1):
+            assert f"val/loss/h{k}" in record["final_metrics"]
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["data.seq_len=1"], "data.seq_len"),
+        (["data=text", "data.path=/nonexistent/corpus.txt"], "data.path"),
+        (["data.min_doc_chars=100000000"], "data"),
+        (["head=nope"], "head"),
+        (["data.tokenizer=bpe", "data.vocab_size=100"], "data.vocab_size"),
+        (["head=parallel", "head.k=0"], "head.k"),
+        (["head=parallel", "head.k=32"], "head.k"),
+        (["head=deepseek", "head.depth=2", "head.k=4"], "head.k"),
+        (["head=anticausal", "head.k=3"], "head.compute_matched"),
+        (["reduction=nope"], "reduction"),
+        (["reduction=fixed", "reduction.fixed_denominator=0"], "reduction.fixed_denominator"),
+        (["weights=uniform", "head=parallel", "head.k=2", "weights.lambdas=[1,2,3]"], "weights.lambdas"),
+        (["weights=geometric", "head=parallel", "head.k=2", "weights.gamma=0"], "weights.gamma"),
+        (["weights=uniform", "head=parallel", "head.k=2", "weights.lambdas=[1,-1]"], "weights.lambdas"),
+        (["schedule=chunked", "schedule.chunk_rows=0"], "schedule.chunk_rows"),
+        (["schedule=nope"], "schedule"),
+    ],
+)
+def test_bad_input_is_one_line_error(tmp_path, cache_dir, overrides, field):
+    run_dir = tmp_path / "run"
+    result = lab_train(*TINY, *overrides, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and error_lines[0].startswith(f"error: {field}"), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert not (run_dir / "checkpoints").exists()
+    if (run_dir / "run.json").exists():
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"

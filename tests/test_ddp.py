@@ -1,0 +1,248 @@
+"""Data-parallel exactness of the objective (DESIGN.md §5-§6) on a real 2-process DDP.
+
+`tests/ddp_worker.py` trains `MTPLitModule` for exactly one step per case, either on
+one process with the whole global batch (4 rows x 16) or under Lightning's DDP
+strategy (gloo, CPU, 2 processes, rank r gets rows 2r and 2r+1; the ranks hold very
+different valid counts at every horizon). It saves the loss and every parameter's
+gradient (after DDP's all-reduce, before the optimizer step). Both runs are launched
+once per test session (concurrently) and hold all cases, so DDP start-up is paid once.
+
+Checked here:
+1. every policy in POLICIES with count_scope=global: the 2-process loss and gradients
+   equal the 1-process ones (float32, relative 1e-5);
+2. count_scope=local with head_mean is NOT the global objective: the difference is
+   measured, printed and required to exceed 1e-4 relative;
+3. joint / sequential / chunked backward schedules agree under DDP and equal the
+   1-process result (DeepSeek depth 2, head_mean).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab.objective import POLICIES
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER = REPO / "tests" / "ddp_worker.py"
+TIMEOUT_S = 300
+RTOL, ATOL = 1e-5, 1e-7
+SCHEDULES = ("joint", "sequential", "chunked")
+
+PARALLEL_K4 = {"name": "parallel", "k": 4}
+DEEPSEEK_D2 = {"name": "deepseek", "depth": 2, "k": None}
+
+
+def reduction(policy: str, scope: str = "global") -> dict:
+    # fixed_denominator None: `fixed` / `deepseek_paper` use the (global) token positions.
+    return {"policy": policy, "count_scope": scope, "fixed_denominator": None}
+
+
+def schedule(name: str) -> dict:
+    return {"name": name, "chunk_rows": 4}
+
+
+def case_list() -> list[dict]:
+    cases = [
+        {"name": f"global/{policy}", "head": PARALLEL_K4, "reduction": reduction(policy), "schedule": schedule("sequential")}
+        for policy in POLICIES
+    ]
+    cases.append(
+        {"name": "local/head_mean", "head": PARALLEL_K4, "reduction": reduction("head_mean", "local"), "schedule": schedule("sequential")}
+    )
+    cases += [
+        {"name": f"schedule/{name}", "head": DEEPSEEK_D2, "reduction": reduction("head_mean"), "schedule": schedule(name)}
+        for name in SCHEDULES
+    ]
+    return cases
+
+
+def clean_env() -> dict:
+    """No inherited distributed settings: the worker must launch its own rank 1."""
+    env = os.environ.copy()
+    for key in ("LOCAL_RANK", "RANK", "GLOBAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "PL_GLOBAL_SEED"):
+        env.pop(key, None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def launch(devices: int, cases_path: Path, out: Path, log: Path) -> tuple[subprocess.Popen, object]:
+    handle = open(log, "w")
+    cmd = [sys.executable, str(WORKER), "--devices", str(devices), "--cases", str(cases_path), "--out", str(out)]
+    # Own session: on timeout the whole group (rank 0 and the rank 1 it launched) is killed.
+    proc = subprocess.Popen(cmd, cwd=REPO, env=clean_env(), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, handle
+
+
+def finish(proc: subprocess.Popen, handle, log: Path, what: str, deadline: float) -> None:
+    try:
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        handle.close()
+        pytest.fail(f"{what} worker exceeded {TIMEOUT_S}s; log tail:\n{log.read_text()[-4000:]}")
+    handle.close()
+    if proc.returncode != 0:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # a rank left hanging in a collective
+        except ProcessLookupError:
+            pass
+        pytest.fail(f"{what} worker exited with {proc.returncode}; log tail:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{"single": {case: result}, "ddp": {...}, "ddp_rank1": {...}} from one invocation each."""
+    root = tmp_path_factory.mktemp("ddp")
+    cases = case_list()
+    cases_path = root / "cases.json"
+    cases_path.write_text(json.dumps(cases))
+    start = time.monotonic()
+    deadline = start + TIMEOUT_S
+    ddp = launch(2, cases_path, root / "ddp.pt", root / "ddp.log")
+    single = launch(1, cases_path, root / "single.pt", root / "single.log")
+    finish(*ddp, root / "ddp.log", "2-process DDP", deadline)
+    finish(*single, root / "single.log", "1-process", deadline)
+    print(f"\n[test_ddp] workers ({len(cases)} cases each, run concurrently) took {time.monotonic() - start:.1f}s")
+    load = lambda path: torch.load(path, weights_only=True)  # noqa: E731
+    results = {"single": load(root / "single.pt"), "ddp": load(root / "ddp.pt"), "ddp_rank1": load(root / "ddp.pt.rank1")}
+    for key, values in results.items():
+        missing = [c["name"] for c in cases if c["name"] not in values]
+        assert not missing, f"{key} run has no result for {missing}"
+    return results
+
+
+# ---- comparison helpers -----------------------------------------------------------------
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max|a-b| / max|b| (absolute difference when b is all zeros)."""
+    diff = (a.double() - b.double()).abs().max().item()
+    scale = b.double().abs().max().item()
+    return diff / scale if scale > 0 else diff
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = a.double(), b.double()
+    return (a - b).abs().max().item() <= RTOL * b.abs().max().item() + ATOL
+
+
+def mismatches(got: dict, ref: dict) -> list[str]:
+    """Human-readable list of what differs between two step results (empty when equal)."""
+    problems = []
+    if not close(got["loss"], ref["loss"]):
+        problems.append(
+            f"loss {got['loss'].item():.9g} vs {ref['loss'].item():.9g} (rel {relative(got['loss'], ref['loss']):.3g})"
+        )
+    if got["grad_none"] != ref["grad_none"]:
+        problems.append(f"parameters without gradient differ: {got['grad_none']} vs {ref['grad_none']}")
+    if set(got["grads"]) != set(ref["grads"]):
+        problems.append(f"parameter names differ: {sorted(set(got['grads']) ^ set(ref['grads']))}")
+    bad = []
+    for name, ref_grad in ref["grads"].items():
+        grad = got["grads"].get(name)
+        if grad is None:
+            continue
+        if grad.shape != ref_grad.shape:
+            bad.append((float("inf"), f"{name}: shape {tuple(grad.shape)} vs {tuple(ref_grad.shape)}"))
+        elif not close(grad, ref_grad):
+            diff = (grad.double() - ref_grad.double()).abs().max().item()
+            bad.append((relative(grad, ref_grad), f"{name}: max|diff| {diff:.3g}, max|ref| {ref_grad.abs().max().item():.3g}"))
+    bad.sort(key=lambda item: -item[0])
+    problems += [f"grad {text} (rel {rel:.3g})" for rel, text in bad[:8]]
+    if len(bad) > 8:
+        problems.append(f"... and {len(bad) - 8} more parameters")
+    return problems
+
+
+def assert_same_step(got: dict, ref: dict, what: str) -> None:
+    problems = mismatches(got, ref)
+    assert not problems, f"{what}: {len(problems)} mismatch(es) (tolerance {RTOL:g} x max|ref| + {ATOL:g}):\n  " + "\n  ".join(problems)
+
+
+def max_grad_relative(got: dict, ref: dict) -> tuple[float, str]:
+    return max((relative(got["grads"][name], ref_grad), name) for name, ref_grad in ref["grads"].items())
+
+
+# ---- the setup is what it claims to be --------------------------------------------------
+
+
+def test_runs_are_real_ddp_with_uneven_ranks(runs):
+    for name, result in runs["ddp"].items():
+        assert result["world_size"] == 2 and result["trainer_world_size"] == 2, f"{name}: DDP run had world size {result['world_size']}"
+        assert result["local_rows"] == 2, f"{name}: rank 0 trained on {result['local_rows']} rows, expected 2"
+        assert runs["ddp_rank1"][name]["global_rank"] == 1
+        assert runs["single"][name]["world_size"] == 1 and runs["single"][name]["local_rows"] == 4
+        for run in ("ddp", "single"):
+            result = runs[run][name]
+            assert close(result["logged_loss"], result["loss"]), (
+                f"{run} {name}: logged train/loss {result['logged_loss'].item()} != returned loss {result['loss'].item()}"
+            )
+    for name in ("global/head_mean", "schedule/joint"):
+        rank0 = runs["ddp"][name]["local_counts"].double()
+        rank1 = runs["ddp_rank1"][name]["local_counts"].double()
+        total = runs["single"][name]["local_counts"].double()
+        assert torch.equal(rank0 + rank1, total), f"{name}: rank counts {rank0.tolist()} + {rank1.tolist()} != {total.tolist()}"
+        assert torch.equal(runs["ddp"][name]["counts"].double(), total), f"{name}: all-reduced counts are not the global counts"
+        assert bool((rank0 != rank1).all()) and bool((rank1 > 0).all()), (
+            f"{name}: ranks must hold uneven, non-zero counts per horizon, got {rank0.tolist()} vs {rank1.tolist()}"
+        )
+        shares = rank0 / total
+        assert shares.max() - shares.min() > 0.05, f"{name}: rank-0 share per horizon is nearly constant {shares.tolist()}"
+
+
+def test_ranks_hold_identical_averaged_gradients(runs):
+    for name, rank0 in runs["ddp"].items():
+        rank1 = runs["ddp_rank1"][name]
+        assert torch.equal(rank0["loss"], rank1["loss"]), f"{name}: ranks report different losses"
+        differing = [p for p, g in rank0["grads"].items() if not torch.equal(g, rank1["grads"][p])]
+        assert not differing, f"{name}: DDP left different gradients on the two ranks for {differing[:5]}"
+
+
+# ---- 1. every policy is exact under DDP with global counts -------------------------------
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_global_count_scope_matches_single_process(runs, policy):
+    name = f"global/{policy}"
+    assert_same_step(runs["ddp"][name], runs["single"][name], f"policy {policy!r}, count_scope=global, 2-process DDP vs 1 process")
+
+
+# ---- 2. local counts change the objective ------------------------------------------------
+
+
+def test_local_count_scope_head_mean_differs(runs, record_property):
+    ddp, ref = runs["ddp"]["local/head_mean"], runs["single"]["global/head_mean"]
+    # In one process the two scopes coincide; only the DDP run may differ.
+    assert_same_step(runs["single"]["local/head_mean"], ref, "1-process head_mean, local vs global scope")
+    loss_rel = relative(ddp["loss"], ref["loss"])
+    grad_rel, grad_name = max_grad_relative(ddp, ref)
+    summary = (
+        f"head_mean count_scope=local on 2 ranks vs the global objective: loss {ddp['loss'].item():.6f} vs "
+        f"{ref['loss'].item():.6f} (rel diff {loss_rel:.3e}); max grad rel diff {grad_rel:.3e} ({grad_name})"
+    )
+    print(f"\n[test_ddp] {summary}")
+    record_property("local_vs_global_head_mean_loss_rel", loss_rel)
+    record_property("local_vs_global_head_mean_grad_rel", grad_rel)
+    assert loss_rel > 1e-4 and grad_rel > 1e-4, f"local scope should differ from the global objective by > 1e-4 relative: {summary}"
+
+
+# ---- 3. backward schedules agree under DDP ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_backward_schedules_agree_under_ddp(runs, name):
+    got = runs["ddp"][f"schedule/{name}"]
+    assert_same_step(got, runs["ddp"]["schedule/joint"], f"DeepSeek depth 2, head_mean: DDP {name} vs DDP joint")
+    assert_same_step(got, runs["single"][f"schedule/{name}"], f"DeepSeek depth 2, head_mean: DDP {name} vs 1-process {name}")
+    assert_same_step(got, runs["single"]["schedule/joint"], f"DeepSeek depth 2, head_mean: DDP {name} vs 1-process joint")

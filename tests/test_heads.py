@@ -1,0 +1,410 @@
+"""Heads: equivalences, gradient ownership, packing isolation, compute matching, aliasing."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers import single_thread  # noqa: F401 -- autouse fixture: one intra-op thread
+from helpers import PAD, VOCAB, assert_close_rel, build_model, grads, horizon_sums, loss_and_grads, make_batch, packed_batch
+from lab.errors import ConfigError
+from lab.model.heads import HeadConfig, head_class
+from lab.model.mtp import MTPModel, alias_groups, parameter_table
+from lab.model.trunk import Block
+
+# Every head at K = 3 (DeepSeek depth 2), with the default compute matching where the depth allows it.
+CASES = {
+    "ntp": dict(name="ntp", k=1),
+    "linear": dict(name="linear", k=3),
+    "linear_replicated": dict(name="linear", k=3, unembedding="replicated"),
+    "parallel": dict(name="parallel", k=3),
+    "causal": dict(name="causal", k=3),
+    "anticausal": dict(name="anticausal", k=3, layers=4),
+    "deepseek": dict(name="deepseek", k=3, depth=2),
+    "deepseek_shared": dict(name="deepseek", k=3, depth=2, share_depth_weights=True),
+}
+MTP_CASES = [c for c in CASES if c != "ntp"]
+
+
+def case_model(case, **overrides):
+    return build_model(**{**CASES[case], **overrides})
+
+
+def is_trunk_block(name):
+    return name.startswith("trunk.blocks.")
+
+
+def is_head_private(name):
+    return name.startswith("head.")
+
+
+def assert_same_grads(g_ref, g, names, rtol=1e-6):
+    for n in names:
+        assert_close_rel(g_ref[n], g[n], rtol, n)
+
+
+# ---------------------------------------------------------------- 1. equivalences
+
+
+@pytest.mark.parametrize("trunk_grad", ["joint", "detached"])
+def test_k1_parallel_causal_anticausal_agree(trunk_grad):
+    batch = packed_batch()
+    ref = build_model("parallel", 1, trunk_grad=trunk_grad)
+    loss_ref, g_ref = loss_and_grads(ref, batch)
+    assert all(g_ref[n].abs().max() > 0 for n in g_ref if is_head_private(n) and "weight" in n)
+    for name in ("causal", "anticausal"):
+        model = build_model(name, 1, seed=1, trunk_grad=trunk_grad)
+        assert set(model.state_dict()) == set(ref.state_dict())
+        model.load_state_dict(ref.state_dict())
+        loss, g = loss_and_grads(model, batch)
+        torch.testing.assert_close(loss, loss_ref, rtol=1e-6, atol=0)
+        assert set(g) == set(g_ref)
+        assert_same_grads(g_ref, g, g_ref)
+
+
+@pytest.mark.parametrize("name", ["parallel", "causal", "anticausal"])
+@pytest.mark.parametrize("head_layers", [1, 2])
+def test_compute_matched_k1_head_reproduces_ntp(name, head_layers):
+    """Trunk (n - L blocks) + head (L blocks) with the ntp model's last L blocks == the ntp model."""
+    n_layers = 3
+    ntp = build_model("ntp", 1, layers=n_layers)
+    model = build_model(name, 1, seed=1, layers=n_layers, n_layers=head_layers)
+    trunk_layers = n_layers - head_layers
+    assert len(model.trunk.blocks) == trunk_layers
+
+    def ntp_name(n):
+        if n.startswith("head.stacks.0.blocks."):
+            j, rest = n[len("head.stacks.0.blocks.") :].split(".", 1)
+            return f"trunk.blocks.{trunk_layers + int(j)}.{rest}"
+        return n
+
+    ntp_state = ntp.state_dict()
+    mapping = {n: ntp_name(n) for n in model.state_dict()}
+    assert sorted(mapping.values()) == sorted(ntp_state)  # a bijection onto the ntp parameters
+    model.load_state_dict({n: ntp_state[m] for n, m in mapping.items()})
+    loss_ntp, g_ntp = loss_and_grads(ntp, batch := packed_batch())
+    loss, g = loss_and_grads(model, batch)
+    torch.testing.assert_close(loss, loss_ntp, rtol=1e-6, atol=0)
+    for n, m in mapping.items():
+        assert_close_rel(g_ntp[m], g[n], 1e-6, n)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_linear_k1_identity_map_equals_ntp(tie):
+    ntp = build_model("ntp", 1, tie=tie)
+    model = build_model("linear", 1, seed=1, tie=tie)
+    model.load_state_dict({**ntp.state_dict(), "head.maps.0.weight": torch.eye(16)})
+    batch = packed_batch()
+    loss_ntp, g_ntp = loss_and_grads(ntp, batch)
+    loss, g = loss_and_grads(model, batch)
+    torch.testing.assert_close(loss, loss_ntp, rtol=1e-6, atol=0)
+    assert_same_grads(g_ntp, g, g_ntp)
+    assert g["head.maps.0.weight"].abs().max() > 0
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_linear_k1_replicated_copy_equals_ntp(tie):
+    ntp = build_model("ntp", 1, tie=tie)
+    model = build_model("linear", 1, seed=1, tie=tie, unembedding="replicated")
+    # construction copies the trunk's unembedding into the replicated projection (a distinct Parameter)
+    assert torch.equal(model.head.projections[0], model.trunk.unembedding)
+    assert model.head.projections[0] is not model.trunk.unembedding
+    model.load_state_dict({**ntp.state_dict(), "head.projections.0": ntp.trunk.unembedding.detach().clone()})
+    batch = packed_batch()
+    loss_ntp, g_ntp = loss_and_grads(ntp, batch)
+    loss, g = loss_and_grads(model, batch)
+    torch.testing.assert_close(loss, loss_ntp, rtol=1e-6, atol=0)
+    unembed = "trunk.embed.weight" if tie else "trunk.unembed"
+    assert_same_grads(g_ntp, g, [n for n in g_ntp if n != unembed])
+    if tie:  # ntp's tied matrix collects embedding + unembedding gradients; here they are split
+        assert_close_rel(g_ntp[unembed], g[unembed] + g["head.projections.0"], 1e-6, unembed)
+    else:
+        assert_close_rel(g_ntp[unembed], g["head.projections.0"], 1e-6, unembed)
+        assert model.trunk.unembed.grad is None
+
+
+def test_deepseek_shared_depth_weights_at_depth_1_equals_per_depth():
+    per_depth = build_model("deepseek", 2, depth=1)
+    shared = build_model("deepseek", 2, seed=1, depth=1, share_depth_weights=True)
+    shared.load_state_dict(per_depth.state_dict())
+    batch = packed_batch()
+    loss_ref, g_ref = loss_and_grads(per_depth, batch)
+    loss, g = loss_and_grads(shared, batch)
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-6, atol=0)
+    assert set(g) == set(g_ref)
+    assert_same_grads(g_ref, g, g_ref)
+
+
+def test_deepseek_shared_module_is_reused_recurrently():
+    """D=2 with one shared module == per-depth modules holding equal weights; its grad is their sum."""
+    shared = build_model("deepseek", 3, depth=2, share_depth_weights=True)
+    per_depth = build_model("deepseek", 3, seed=1, depth=2)
+    state = shared.state_dict()
+    for n, v in list(state.items()):
+        if n.startswith("head.depth_modules.0."):
+            state[n.replace("depth_modules.0.", "depth_modules.1.")] = v
+    per_depth.load_state_dict(state)
+    batch = packed_batch()
+    loss_ref, g_ref = loss_and_grads(per_depth, batch)
+    loss, g = loss_and_grads(shared, batch)
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-6, atol=0)
+    for n in g:
+        if n.startswith("head.depth_modules.0."):
+            assert_close_rel(g_ref[n] + g_ref[n.replace("depth_modules.0.", "depth_modules.1.")], g[n], 1e-5, n)
+        else:
+            assert_close_rel(g_ref[n], g[n], 1e-5, n)
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_deepseek_depth_d_consumes_teacher_token_t_plus_d(depth):
+    """Changing token j changes depth-d row j-d (through its teacher) but no earlier row."""
+    model = build_model("deepseek", depth + 1, depth=depth)
+    batch = make_batch(torch.randint(1, VOCAB, (1, 10), generator=torch.Generator().manual_seed(3)), [[0] * 10])
+    j = 6
+    changed = batch["tokens"].clone()
+    changed[0, j] = changed[0, j] % (VOCAB - 1) + 1
+    with torch.no_grad():
+        before = model(batch)[depth].hidden  # [1, S-d-1, d]
+        after = model({**batch, "tokens": changed})[depth].hidden
+    torch.testing.assert_close(after[:, : j - depth], before[:, : j - depth], atol=1e-6, rtol=0)
+    assert (after[0, j - depth] - before[0, j - depth]).abs().max() > 1e-4
+    horizon = model(batch)[depth]
+    assert horizon.k == depth + 1 and torch.equal(horizon.labels, batch["tokens"][:, depth + 1 :])
+
+
+# ---------------------------------------------------------------- 2. gradient ownership
+
+
+@pytest.mark.parametrize("case", MTP_CASES)
+def test_detached_trunk_gets_no_gradient_from_extra_horizons(case):
+    batch = packed_batch()
+    joint = case_model(case, tie=False)
+    detached = case_model(case, seed=1, tie=False, trunk_grad="detached")
+    detached.load_state_dict(joint.state_dict())
+    K = joint.k
+
+    _, g_extra = loss_and_grads(detached, batch, [0.0] + [1.0] * (K - 1))
+    assert all((detached.get_parameter(n).grad is None) or g_extra[n].abs().max() == 0 for n in g_extra if is_trunk_block(n))
+    assert any(g_extra[n].abs().max() > 0 for n in g_extra if is_head_private(n))
+    reaches = "head.projections.1" if "replicated" in case else "trunk.unembed"
+    assert g_extra[reaches].abs().max() > 0 and g_extra["trunk.final_norm.weight"].abs().max() > 0
+    # control: under joint the same loss does reach the trunk blocks
+    _, g_joint_extra = loss_and_grads(joint, batch, [0.0] + [1.0] * (K - 1))
+    assert all(g_joint_extra[n].abs().max() > 0 for n in g_joint_extra if is_trunk_block(n) and n.endswith("qkv.weight"))
+
+    # Full loss: detached trunk blocks see exactly the horizon-1 gradient; head and shared output
+    # parameters see the same gradient as under joint (detach only cuts the path into the trunk).
+    weights = [1.0, 0.5, 0.25][:K]
+    _, g_det = loss_and_grads(detached, batch, weights)
+    _, g_h1 = loss_and_grads(joint, batch, [1.0] + [0.0] * (K - 1))
+    _, g_all = loss_and_grads(joint, batch, weights)
+    assert_same_grads(g_h1, g_det, [n for n in g_det if is_trunk_block(n)])
+    assert_same_grads(g_all, g_det, [n for n in g_det if is_head_private(n) or n in ("trunk.unembed", "trunk.final_norm.weight")])
+
+
+def entries(model, batch):
+    """A few trunk parameter entries for finite differences: (name, index)."""
+    last = len(model.trunk.blocks) - 1
+    return [
+        ("trunk.blocks.0.attn.qkv.weight", (1, 2)),
+        ("trunk.blocks.0.mlp.down.weight", (3, 5)),
+        (f"trunk.blocks.{last}.attn_norm.weight", (4,)),
+        (f"trunk.blocks.{last}.mlp.up.weight", (7, 1)),
+        ("trunk.embed.weight", (int(batch["tokens"][0, 2]), 3)),
+    ]
+
+
+@pytest.mark.parametrize("case", MTP_CASES)
+def test_joint_trunk_gradient_is_the_sum_of_horizon_gradients(case):
+    model = case_model(case).double()
+    batch = packed_batch()
+    K = model.k
+    weights = [1.0, 0.5, 0.25][:K]
+    _, g_total = loss_and_grads(model, batch, weights)
+    per_horizon = [loss_and_grads(model, batch, [w if j == k else 0.0 for j in range(K)])[1] for k, w in enumerate(weights)]
+    for n in g_total:
+        if is_trunk_block(n):
+            assert_close_rel(g_total[n], sum(g[n] for g in per_horizon), 1e-10, n)
+            if n.endswith("qkv.weight"):  # every horizon really contributes to the trunk
+                assert all(g[n].abs().max() > 0 for g in per_horizon)
+
+    def loss_at():
+        with torch.no_grad():
+            return sum(w * s for w, s in zip(weights, horizon_sums(model(batch)))).item()
+
+    eps = 1e-6
+    for name, index in entries(model, batch):
+        param = model.get_parameter(name)
+        with torch.no_grad():
+            original = param[index].item()
+            param[index] = original + eps
+            up = loss_at()
+            param[index] = original - eps
+            down = loss_at()
+            param[index] = original
+        fd = (up - down) / (2 * eps)
+        analytic = g_total[name][index].item()
+        assert abs(fd - analytic) <= 1e-6 * max(1.0, abs(analytic)), (name, index, fd, analytic)
+
+
+@pytest.mark.parametrize("share", [False])
+def test_deepseek_depth_modules_own_their_gradients(share):
+    model = build_model("deepseek", 3, depth=2)
+    batch = packed_batch()
+
+    def module_grads(weights):
+        _, g = loss_and_grads(model, batch, weights)
+        return [max(g[n].abs().max().item() for n in g if n.startswith(f"head.depth_modules.{i}.")) for i in (0, 1)]
+
+    assert module_grads([1.0, 0.0, 0.0]) == [0.0, 0.0]  # horizon 1 (the trunk's own) touches no module
+    d1, d2 = module_grads([0.0, 1.0, 0.0])  # horizon 2 = depth 1
+    assert d1 > 0 and d2 == 0.0
+    d1, d2 = module_grads([0.0, 0.0, 1.0])  # horizon 3 = depth 2 runs on depth 1's state
+    assert d1 > 0 and d2 > 0
+
+
+# ---------------------------------------------------------------- 3. packing isolation
+
+
+@pytest.mark.parametrize("trunk_grad", ["joint", "detached"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_perturbing_document_a_leaves_document_b_logits(case, trunk_grad):
+    """Row 0 = A(5) B(6) pad; row 1 = B(6) A(5) pad. Perturb every token of A in both rows."""
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randint(1, VOCAB, (5,), generator=g), torch.randint(1, VOCAB, (6,), generator=g)
+    pad = torch.tensor([PAD])
+    segs = [[0] * 5 + [1] * 6 + [-1], [0] * 6 + [1] * 5 + [-1]]
+    a2 = a % (VOCAB - 1) + 1
+    batch = make_batch(torch.stack([torch.cat([a, b, pad]), torch.cat([b, a, pad])]), segs)
+    changed = make_batch(torch.stack([torch.cat([a2, b, pad]), torch.cat([b, a2, pad])]), segs)
+    model = case_model(case, trunk_grad=trunk_grad)
+    with torch.no_grad():
+        before, after = model(batch), model(changed)
+    for h0, h1 in zip(before, after):
+        l0, l1 = F.linear(h0.norm(h0.hidden), h0.weight), F.linear(h1.norm(h1.hidden), h1.weight)  # [B, S-k, V]
+        n_rows = l0.shape[1]
+        # row 0: every B source row that exists at this horizon
+        torch.testing.assert_close(l1[0, 5:n_rows], l0[0, 5:n_rows], atol=1e-6, rtol=0)
+        # row 1: B's supervised rows (DeepSeek rows whose teacher window leaves B are unsupervised)
+        rows = h0.mask[1].clone()
+        rows[6:] = False
+        assert rows.any()
+        torch.testing.assert_close(l1[1][rows], l0[1][rows], atol=1e-6, rtol=0)
+        # control: A's own supervised rows do change
+        assert (l1[0, :4] - l0[0, :4])[h0.mask[0, :4]].abs().max() > 1e-4
+
+
+# ---------------------------------------------------------------- 4. compute matching and validation
+
+
+@pytest.mark.parametrize(
+    "head,trunk_layers,path_blocks,total_blocks",
+    [
+        (dict(name="ntp", k=1), 4, 0, 0),
+        (dict(name="linear", k=3), 4, 0, 0),
+        (dict(name="parallel", k=3), 3, 1, 3),
+        (dict(name="parallel", k=2, n_layers=2), 2, 2, 4),
+        (dict(name="causal", k=3), 3, 1, 3),
+        (dict(name="anticausal", k=3), 1, 3, 3),
+        (dict(name="anticausal", k=2, n_layers=1), 2, 2, 2),
+        (dict(name="deepseek", k=3, depth=2), 4, 0, 2),
+        (dict(name="deepseek", k=3, depth=2, share_depth_weights=True), 4, 0, 1),
+    ],
+)
+def test_compute_matched_next_token_path_has_model_depth(head, trunk_layers, path_blocks, total_blocks):
+    model = build_model(layers=4, **head)
+    table = parameter_table(model)
+    assert (table["trunk_layers"], table["head_blocks_on_next_token_path"], table["head_blocks_total"]) == (
+        trunk_layers,
+        path_blocks,
+        total_blocks,
+    )
+    assert table["trunk_layers"] + table["head_blocks_on_next_token_path"] == 4
+    # measured: the horizon-1 loss reaches exactly model.n_layers transformer blocks
+    loss_and_grads(model, packed_batch(), [1.0] + [0.0] * (model.k - 1))
+    reached = [m for m in model.modules() if isinstance(m, Block) and any(p.grad is not None and p.grad.abs().max() > 0 for p in m.parameters())]
+    assert len(reached) == 4
+    # without compute matching the trunk keeps every layer
+    unmatched = build_model(layers=4, compute_matched=False, **head)
+    assert parameter_table(unmatched)["trunk_layers"] == 4
+
+
+@pytest.mark.parametrize("head", [dict(name="anticausal", k=4), dict(name="parallel", k=2, n_layers=4), dict(name="causal", k=2, n_layers=5)])
+def test_compute_matched_without_a_trunk_layer_raises(head):
+    with pytest.raises(ConfigError) as error:
+        build_model(layers=4, **head)
+    assert error.value.field == "head.compute_matched"
+    build_model(layers=4, compute_matched=False, **head)  # fine when not matched
+
+
+@pytest.mark.parametrize(
+    "head,field",
+    [
+        (dict(name="deepseek", k=2, depth=2), "head.k"),
+        (dict(name="deepseek", k=4, depth=2), "head.k"),
+        (dict(name="deepseek", k=1), "head.depth"),
+        (dict(name="deepseek", k=3, depth=2, unembedding="replicated"), "head.unembedding"),
+        (dict(name="deepseek", k=3, depth=2, fusion_order="xx"), "head.fusion_order"),
+        (dict(name="parallel", k=0), "head.k"),
+        (dict(name="linear", k=-1), "head.k"),
+        (dict(name="ntp", k=2), "head.k"),
+        (dict(name="nope", k=1), "head.name"),
+        (dict(name="parallel", k=2, init="zeros"), "head.init"),
+        (dict(name="parallel", k=2, trunk_grad="frozen"), "head.trunk_grad"),
+    ],
+)
+def test_bad_head_config_raises_naming_the_field(head, field):
+    with pytest.raises(ConfigError) as error:
+        build_model(layers=4, **head)
+    assert error.value.field == field
+
+
+def test_unknown_head_class_lists_the_allowed_names():
+    with pytest.raises(ConfigError, match="nope.*allowed: ntp, linear, parallel, causal, anticausal, deepseek") as error:
+        head_class("nope")
+    assert error.value.field == "head.name"
+
+
+def test_deepseek_k_follows_from_depth_when_k_is_unset():
+    from helpers import model_config
+
+    model = MTPModel(model_config(), HeadConfig(name="deepseek", k=None, depth=3))
+    assert model.k == 4 and len(model(packed_batch())) == 4
+
+
+# ---------------------------------------------------------------- 5. alias contract
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("case", list(CASES))
+def test_alias_contract(case, tie):
+    model = case_model(case, tie=tie)
+    params = list(model.parameters())
+    assert len({id(p) for p in params}) == len(params)
+    assert alias_groups(model) == []
+    assert len(list(model.named_parameters(remove_duplicate=False))) == len(params)
+    assert (model.trunk.unembedding is model.trunk.embed.weight) == tie
+    table = parameter_table(model)
+    assert table["params_total"] == sum(p.numel() for p in params)
+    assert table["params_trunk"] + table["params_head_private"] + table["params_shared"] == table["params_total"]
+    assert not any(isinstance(m, nn.Embedding) for m in model.head.modules())  # no copied embedding
+    for horizon in model(packed_batch()):
+        assert horizon.norm is model.trunk.final_norm
+        if "replicated" in case:
+            assert horizon.weight is model.head.projections[horizon.k - 1]
+        else:
+            assert horizon.weight is model.trunk.unembedding
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_deepseek_teacher_embedding_is_the_trunks(depth):
+    """Untied, detached trunk: horizon-2 loss reaches trunk.embed.weight only through the teacher tokens."""
+    model = build_model("deepseek", depth + 1, depth=depth, tie=False, trunk_grad="detached")
+    batch = packed_batch()
+    loss_and_grads(model, batch, [0.0, 1.0] + [0.0] * (depth - 1))
+    grad = model.trunk.embed.weight.grad
+    assert grad is not None and grad.abs().max() > 0
+    touched = set(torch.nonzero(grad.abs().sum(-1)).flatten().tolist())
+    teacher = set(batch["tokens"][:, 1:][batch["active"][:, 1:]].tolist())  # depth-1 teachers tokens[t+1]
+    assert touched <= teacher
+    assert all(p.grad is None or p.grad.abs().max() == 0 for p in model.trunk.blocks.parameters())

@@ -27,13 +27,15 @@ from lab.run_record import RunRecord  # noqa: E402
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
-def build_and_fit(cfg: DictConfig, record: RunRecord):
+def build(cfg: DictConfig, record: RunRecord | None = None):
+    """Validate and construct the DataModule and the LightningModule (every start-up check)."""
     import pytorch_lightning as pl
 
     from lab.data import LMDataModule
     from lab.model.mtp import parameter_table
     from lab.module import MTPLitModule
 
+    validate_config(cfg)
     pl.seed_everything(cfg.seed, workers=True)
     datamodule = LMDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
@@ -47,23 +49,29 @@ def build_and_fit(cfg: DictConfig, record: RunRecord):
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         total_steps=int(cfg.trainer.max_steps),
     )
-    table = parameter_table(module.model)
-    print("parameters: " + ", ".join(f"{key}={value}" for key, value in table.items()))
-    record.update(parameters=table)
     datamodule.setup("fit")
-    record.update(
-        manifest={
-            "head": cfg.head.name,
-            "k": module.model.k,
-            "lambdas": cfg.weights.name,
-            "reduction": cfg.reduction.policy,
-            "count_scope": cfg.reduction.count_scope,
-            "schedule": cfg.schedule.name,
-            "tokenizer": datamodule.tokenizer_identity,
-            "corpus_fingerprint": datamodule.corpus_fingerprint,
-        },
-        corpus_stats=datamodule.corpus_stats,
-    )
+    if record is not None:
+        table = parameter_table(module.model)
+        print("parameters: " + ", ".join(f"{key}={value}" for key, value in table.items()))
+        record.update(parameters=table, manifest=run_manifest(cfg, module, datamodule), corpus_stats=datamodule.corpus_stats)
+    return datamodule, module
+
+
+def run_manifest(cfg: DictConfig, module, datamodule) -> dict:
+    return {
+        "head": cfg.head.name,
+        "k": module.model.k,
+        "weights": OmegaConf.to_container(cfg.weights, resolve=True),
+        "reduction": cfg.reduction.policy,
+        "count_scope": cfg.reduction.count_scope,
+        "schedule": cfg.schedule.name,
+        "tokenizer": datamodule.tokenizer_identity,
+        "corpus_fingerprint": datamodule.corpus_fingerprint,
+    }
+
+
+def build_and_fit(cfg: DictConfig, record: RunRecord):
+    datamodule, module = build(cfg, record)
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
@@ -95,7 +103,6 @@ def run(cfg: DictConfig) -> float | None:
     record = RunRecord(run_dir)
     record.update(config=OmegaConf.to_container(cfg, resolve=True), overrides=list(HydraConfig.get().overrides.task))
     try:
-        validate_config(cfg)
         trainer = build_and_fit(cfg, record)
     except ConfigError as error:
         record.finish("failed", f"config error: {error}")

@@ -1,0 +1,58 @@
+"""Start-up checks on the real composed configs (Hydra compose API, same build path as the CLI)."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from lab.config_checks import check_group_overrides
+from lab.errors import ConfigError
+from lab.train import CONF_DIR, build
+from tests.cli import TINY
+
+
+def composed(overrides, cache_dir):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("train", overrides=[*TINY, *overrides, f"paths.cache_dir={cache_dir}", "paths.output_dir=/tmp/unused"])
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["data.seq_len=1"], "data.seq_len"),
+        (["data.min_doc_chars=100000000"], "data"),
+        (["data.tokenizer=bpe", "data.vocab_size=100"], "data.vocab_size"),
+        (["head=parallel", "head.k=0"], "head.k"),
+        (["head=parallel", "head.k=32"], "head.k"),
+        (["head=deepseek", "head.depth=2", "head.k=4"], "head.k"),
+        (["head=anticausal", "head.k=3"], "head.compute_matched"),
+        (["head=parallel", "head.unembedding=twice"], "head.unembedding"),
+        (["reduction=fixed", "reduction.fixed_denominator=0"], "reduction.fixed_denominator"),
+        (["reduction=head_mean", "reduction.count_scope=world"], "reduction.count_scope"),
+        (["head=parallel", "head.k=2", "weights.lambdas=[1,2,3]"], "weights.lambdas"),
+        (["head=parallel", "head.k=2", "weights.lambdas=[1,-1]"], "weights.lambdas"),
+        (["head=parallel", "head.k=2", "weights.lambdas=[1,.nan]"], "weights.lambdas"),
+        (["head=parallel", "head.k=2", "weights=geometric", "weights.gamma=0"], "weights.gamma"),
+        (["schedule=chunked", "schedule.chunk_rows=0"], "schedule.chunk_rows"),
+    ],
+)
+def test_bad_config_raises_naming_the_field(overrides, field, cache_dir):
+    with pytest.raises(ConfigError) as error:
+        build(composed(overrides, cache_dir))
+    assert str(error.value).startswith(field), str(error.value)
+    assert "\\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "argv, field",
+    [(["head=nope"], "head"), (["reduction=sum,nope"], "reduction"), (["schedule=fast"], "schedule"), (["weights=x"], "weights")],
+)
+def test_unknown_group_option_lists_allowed(argv, field):
+    with pytest.raises(ConfigError) as error:
+        check_group_overrides(argv, Path(CONF_DIR))
+    assert error.value.field == field and "allowed:" in str(error.value)
+
+
+def test_valid_config_builds(cache_dir):
+    datamodule, module = build(composed(["head=parallel", "head.k=2", "reduction=deepseek_paper"], cache_dir))
+    assert module.model.k == 2 and datamodule.vocab_size == 259

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from lab.config_checks import check_group_overrides, validate_config  # noqa: E402
 from lab.errors import ConfigError  # noqa: E402
+from lab.report.wandb_source import mark_wandb_run_failed  # noqa: E402
 from lab.run_record import RunRecord  # noqa: E402
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -104,14 +105,22 @@ def run(cfg: DictConfig) -> float | None:
     record.update(config=OmegaConf.to_container(cfg, resolve=True), overrides=list(HydraConfig.get().overrides.task))
     try:
         trainer = build_and_fit(cfg, record)
-    except ConfigError as error:
-        record.finish("failed", f"config error: {error}")
+    except Exception as error:
+        reason = f"config error: {error}" if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
+        record.finish("failed", reason)
+        mark_wandb_run_failed(reason)
         finish_wandb()
         if HydraConfig.get().mode == RunMode.MULTIRUN:
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-    except BaseException as error:
+            # Recorded as failed in run.json; returning (not raising) lets the sweep go on and
+            # the report callback run: Hydra's basic and joblib launchers re-raise the first job
+            # exception after the batch, which would skip the remaining batches and on_multirun_end.
+            print(f"error: job {HydraConfig.get().job.num} ({' '.join(HydraConfig.get().overrides.task)}): {reason}", file=sys.stderr)
+            return None
+        if isinstance(error, ConfigError):
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+        raise
+    except BaseException as error:  # KeyboardInterrupt, SystemExit: stop everything, sweep included
         record.finish("failed", f"{type(error).__name__}: {error}")
         finish_wandb()
         raise

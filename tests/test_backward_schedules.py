@@ -12,7 +12,7 @@ import torch
 from helpers import single_thread  # noqa: F401 -- autouse fixture: one intra-op thread
 from helpers import build_model, grads, horizon_sums, packed_batch, short_docs_batch
 from lab.errors import ConfigError
-from lab.objective import POLICIES, build_backward_schedule, coefficients
+from lab.objective import POLICIES, build_backward_schedule, coefficients, evaluate_horizons
 
 HEADS = {
     "ntp": dict(name="ntp", k=1),
@@ -92,3 +92,20 @@ def test_schedule_registry_errors():
         with pytest.raises(ConfigError) as error:
             build_backward_schedule("chunked", chunk_rows=bad)
         assert error.value.field == "schedule.chunk_rows"
+
+
+@pytest.mark.parametrize("head", ["parallel", "deepseek_d3"])
+def test_evaluate_horizons_matches_the_joint_statistics(head):
+    model = build_model(**HEADS[head])
+    batch = short_docs_batch()
+    horizons = model(batch)
+    _, joint = build_backward_schedule("joint").run(horizons, torch.ones(len(horizons)))
+    with torch.no_grad():
+        stats = evaluate_horizons(model(batch))
+    reference = torch.stack([s.detach() for s in horizon_sums(horizons)])
+    assert torch.allclose(stats.loss_sums, reference, rtol=1e-6, atol=1e-6)
+    assert torch.equal(stats.counts, joint.counts) and torch.equal(stats.correct, joint.correct)
+    for h, grid, hits in zip(horizons, stats.row_correct, stats.correct):
+        assert grid.shape == h.mask.shape and not (grid & ~h.mask).any() and int(grid.sum()) == int(hits)
+        logits = torch.nn.functional.linear(h.norm(h.hidden), h.weight).detach()  # [B, S-k, V]
+        assert torch.equal(grid, (logits.argmax(-1) == h.labels) & h.mask)

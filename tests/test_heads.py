@@ -6,8 +6,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers import single_thread  # noqa: F401 -- autouse fixture: one intra-op thread
-from helpers import PAD, VOCAB, assert_close_rel, build_model, grads, horizon_sums, loss_and_grads, make_batch, packed_batch
+from helpers import PAD, VOCAB, assert_close_rel, build_model, horizon_sums, loss_and_grads, make_batch, model_config, packed_batch
 from lab.errors import ConfigError
+from lab.labels import chain_masks, horizon_mask
 from lab.model.heads import HeadConfig, head_class
 from lab.model.mtp import MTPModel, alias_groups, parameter_table
 from lab.model.trunk import Block
@@ -184,7 +185,7 @@ def test_detached_trunk_gets_no_gradient_from_extra_horizons(case):
     K = joint.k
 
     _, g_extra = loss_and_grads(detached, batch, [0.0] + [1.0] * (K - 1))
-    assert all((detached.get_parameter(n).grad is None) or g_extra[n].abs().max() == 0 for n in g_extra if is_trunk_block(n))
+    assert all(g_extra[n].abs().max() == 0 for n in g_extra if is_trunk_block(n))  # None or exactly zero
     assert any(g_extra[n].abs().max() > 0 for n in g_extra if is_head_private(n))
     reaches = "head.projections.1" if "replicated" in case else "trunk.unembed"
     assert g_extra[reaches].abs().max() > 0 and g_extra["trunk.final_norm.weight"].abs().max() > 0
@@ -247,9 +248,9 @@ def test_joint_trunk_gradient_is_the_sum_of_horizon_gradients(case):
         assert abs(fd - analytic) <= 1e-6 * max(1.0, abs(analytic)), (name, index, fd, analytic)
 
 
-@pytest.mark.parametrize("share", [False])
-def test_deepseek_depth_modules_own_their_gradients(share):
-    model = build_model("deepseek", 3, depth=2)
+@pytest.mark.parametrize("trunk_grad", ["joint", "detached"])
+def test_deepseek_depth_modules_own_their_gradients(trunk_grad):
+    model = build_model("deepseek", 3, depth=2, trunk_grad=trunk_grad)
     batch = packed_batch()
 
     def module_grads(weights):
@@ -292,6 +293,71 @@ def test_perturbing_document_a_leaves_document_b_logits(case, trunk_grad):
         torch.testing.assert_close(l1[1][rows], l0[1][rows], atol=1e-6, rtol=0)
         # control: A's own supervised rows do change
         assert (l1[0, :4] - l0[0, :4])[h0.mask[0, :4]].abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_hole_token_never_reaches_a_supervised_row(case):
+    """Token 4 is a hole (active False inside the document): its id must not change any supervised logit."""
+    tokens = torch.randint(1, VOCAB, (1, 12), generator=torch.Generator().manual_seed(5))
+    active = torch.ones(1, 12, dtype=torch.bool)
+    active[0, 4] = False
+    batch = {**make_batch(tokens, [[0] * 12]), "active": active}
+    changed = tokens.clone()
+    changed[0, 4] = tokens[0, 4] % (VOCAB - 1) + 1
+    model = case_model(case)
+    with torch.no_grad():
+        before, after = model(batch), model({**batch, "tokens": changed})
+    for h0, h1 in zip(before, after):
+        assert h0.mask.any()
+        l0, l1 = F.linear(h0.norm(h0.hidden), h0.weight), F.linear(h1.norm(h1.hidden), h1.weight)  # [1, S-k, V]
+        torch.testing.assert_close(l1[h0.mask], l0[h0.mask], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_horizon_rows_labels_masks_and_no_future_leak(case):
+    """Horizon k: labels tokens[t+k], the label compiler's mask, and row t sees tokens ≤ t (+ DeepSeek teachers ≤ t+k-1)."""
+    batch = packed_batch()
+    batch["active"][0, 2] = False  # a hole: the endpoint and interval rules now differ
+    model = case_model(case)
+    horizons = model(batch)
+    assert [h.k for h in horizons] == list(range(1, model.k + 1))
+    for h in horizons:
+        S = batch["tokens"].shape[1]
+        assert h.hidden.shape == (2, S - h.k, 16) and h.labels.shape == h.mask.shape == (2, S - h.k)
+        assert torch.equal(h.labels, batch["tokens"][:, h.k :])
+        if CASES[case]["name"] == "deepseek" and h.k > 1:
+            expected = chain_masks(batch["active"], batch["segment_ids"], h.k - 1)[1]
+        else:
+            expected = horizon_mask(batch["active"], batch["segment_ids"], h.k)
+        assert torch.equal(h.mask, expected)
+    j = 5  # change token j of row 1 (one 8-token document)
+    changed = batch["tokens"].clone()
+    changed[1, j] = changed[1, j] % (VOCAB - 1) + 1
+    with torch.no_grad():
+        after = model({**batch, "tokens": changed})
+    for h0, h1 in zip(horizons, after):
+        sees = j - (h0.k - 1 if CASES[case]["name"] == "deepseek" else 0)  # first row that may see token j
+        torch.testing.assert_close(h1.hidden[1, :sees], h0.hidden[1, :sees].detach(), atol=1e-6, rtol=0)
+        assert (h1.hidden[1, sees] - h0.hidden[1, sees]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize(
+    "head", [dict(name="parallel", k=3), dict(name="causal", k=3, n_layers=2), dict(name="anticausal", k=2)]
+)
+def test_head_init_options(head):
+    random = build_model(layers=4, **head)
+    stacks = random.head.head_stacks()
+    assert not torch.equal(stacks[0].blocks[0].attn.qkv.weight, stacks[1].blocks[0].attn.qkv.weight)
+    last = build_model(layers=4, init="copy_last_block", **head)
+    reference = last.trunk.blocks[-1].state_dict()
+    for stack in last.head.head_stacks():
+        for block in stack.blocks:
+            assert all(torch.equal(v, reference[n]) for n, v in block.state_dict().items())
+    first = build_model(layers=4, init="copy_first_head", **head)
+    stacks = first.head.head_stacks()
+    for stack in stacks[1:]:
+        assert all(torch.equal(v, stacks[0].state_dict()[n]) for n, v in stack.state_dict().items())
+        assert all(p is not q for p, q in zip(stack.parameters(), stacks[0].parameters()))  # copies, not aliases
 
 
 # ---------------------------------------------------------------- 4. compute matching and validation
@@ -366,8 +432,6 @@ def test_unknown_head_class_lists_the_allowed_names():
 
 
 def test_deepseek_k_follows_from_depth_when_k_is_unset():
-    from helpers import model_config
-
     model = MTPModel(model_config(), HeadConfig(name="deepseek", k=None, depth=3))
     assert model.k == 4 and len(model(packed_batch())) == 4
 

@@ -1,21 +1,12 @@
 """Anticausal heads: the farthest head runs first; horizon k uses f_k ∘ … ∘ f_K ∘ trunk."""
 
-import torch.nn as nn
-
-from lab.model.heads.base import BlockStack, MTPHead, endpoint_horizon
+from lab.model.heads.base import BlockStackHead, endpoint_horizon
 
 
-class AnticausalHead(MTPHead):
-    def __init__(self, cfg, model_cfg):
-        super().__init__(cfg, model_cfg)
-        self.stacks = nn.ModuleList(BlockStack(model_cfg, cfg.n_layers) for _ in range(cfg.k))
-
+class AnticausalHead(BlockStackHead):
     @staticmethod
     def main_path_blocks(cfg):
         return cfg.k * cfg.n_layers  # horizon 1 sits at the end of the whole chain
-
-    def head_stacks(self):
-        return list(self.stacks)
 
     def _chain(self, source, ctx, down_to: int) -> dict:
         """Rows of horizons K .. down_to, each the previous one pushed through its own stack."""

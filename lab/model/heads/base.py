@@ -142,3 +142,19 @@ class MTPHead(nn.Module):
 
     def forward(self, trunk_hidden: torch.Tensor, batch: dict, ctx: AttentionContext, shared: SharedParts) -> list[Horizon]:
         raise NotImplementedError
+
+
+class BlockStackHead(MTPHead):
+    """Heads made of K block stacks (parallel, causal, anticausal); they differ only in wiring."""
+
+    def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
+        super().__init__(cfg, model_cfg)
+        self.stacks = nn.ModuleList(BlockStack(model_cfg, cfg.n_layers) for _ in range(cfg.k))
+
+    @staticmethod
+    def main_path_blocks(cfg: HeadConfig) -> int:
+        return cfg.n_layers
+
+    def head_stacks(self) -> list[nn.Module]:
+        return list(self.stacks)
+

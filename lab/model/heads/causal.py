@@ -1,22 +1,9 @@
 """Causal heads: head k consumes head k-1's hidden output (f_k ∘ … ∘ f_1 ∘ trunk)."""
 
-import torch.nn as nn
-
-from lab.model.heads.base import BlockStack, MTPHead, endpoint_horizon
+from lab.model.heads.base import BlockStackHead, endpoint_horizon
 
 
-class CausalHead(MTPHead):
-    def __init__(self, cfg, model_cfg):
-        super().__init__(cfg, model_cfg)
-        self.stacks = nn.ModuleList(BlockStack(model_cfg, cfg.n_layers) for _ in range(cfg.k))
-
-    @staticmethod
-    def main_path_blocks(cfg):
-        return cfg.n_layers
-
-    def head_stacks(self):
-        return list(self.stacks)
-
+class CausalHead(BlockStackHead):
     def forward(self, trunk_hidden, batch, ctx, shared):
         first = self.stacks[0](trunk_hidden, ctx)  # [B, S, d]: horizon 1 rows
         # With a detached trunk, horizons ≥ 2 restart the chain from a detached trunk state,

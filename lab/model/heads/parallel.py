@@ -1,22 +1,9 @@
 """Parallel heads (Gloeckle et al.): K independent block stacks on the trunk state."""
 
-import torch.nn as nn
-
-from lab.model.heads.base import BlockStack, MTPHead, endpoint_horizon
+from lab.model.heads.base import BlockStackHead, endpoint_horizon
 
 
-class ParallelHead(MTPHead):
-    def __init__(self, cfg, model_cfg):
-        super().__init__(cfg, model_cfg)
-        self.stacks = nn.ModuleList(BlockStack(model_cfg, cfg.n_layers) for _ in range(cfg.k))
-
-    @staticmethod
-    def main_path_blocks(cfg):
-        return cfg.n_layers
-
-    def head_stacks(self):
-        return list(self.stacks)
-
+class ParallelHead(BlockStackHead):
     def forward(self, trunk_hidden, batch, ctx, shared):
         horizons = []
         for k, stack in enumerate(self.stacks, start=1):

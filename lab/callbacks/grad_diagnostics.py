@@ -1,0 +1,291 @@
+"""Per-horizon gradient diagnostics: norms, K×K cosines, shared-parameter contributions.
+
+Every `every_n_steps` optimizer steps, before the step runs (`on_train_batch_start`), the
+callback takes the same batch and the same (pre-step) weights the step is about to use and
+computes, for every horizon k, the gradient of that horizon's term of the objective,
+c_k·S_k (the step's own coefficients: same reduction, λ schedule and count scope), in
+
+- `leaf` space: w.r.t. the trunk output hidden state [B, S, d] (what the heads consume);
+- named parameter groups: w.r.t. the Parameters matched by name patterns (below);
+- the shared embedding and unembedding Parameters (always).
+
+Logged names (DESIGN §7), K = number of horizons, i < j:
+
+    grad/norm/h{k}                     ‖g_k‖ at the trunk output (leaf space)
+    grad/cos/h{i}_h{j}                 cosine of g_i, g_j at the trunk output
+    grad/norm/{group}/h{k}             ‖g_k‖ on the group's Parameters (all of them, concatenated)
+    grad/cos/{group}/h{i}_h{j}         cosine on the group's Parameters
+    grad/shared/embed/h{k}             ‖g_k‖ on the input embedding `trunk.embed.weight`
+    grad/shared/unembed/h{k}           ‖g_k‖ on the shared unembedding `trunk.unembedding`
+                                       (with tied embeddings this is the *same* Parameter as the
+                                       embedding, so both names carry the same number: the
+                                       horizon's whole gradient on the tied matrix, lookup and
+                                       projection uses together)
+    grad/trunk_ratio/extra_over_main   ‖Σ_{k≥2} g_k‖ / ‖g_1‖ at the trunk output (K ≥ 2)
+
+A cosine with a zero-norm side (an empty horizon, or `head.trunk_grad=detached`, where
+horizons ≥ 2 send nothing to the trunk) is NaN. The gradients are those of the objective the
+step optimises, so Σ_k g_k equals the step's own gradient (before clipping); under DDP they
+are summed over ranks first (parameter groups: the gradient vectors; leaf space: the Gram
+matrix, since each rank's rows are different rows).
+
+Parameter groups: `groups` maps a group name to one pattern or a list of patterns, matched
+with `fnmatch.fnmatchcase` (shell-style `*`, `?`, `[...]`; `*` also crosses dots) against the
+names of `model.named_parameters()` (e.g. `trunk.blocks.2.attn.qkv.weight`,
+`head.stacks.0.blocks.0.mlp.up.weight`, `trunk.embed.weight`). Two placeholders are
+substituted first: `{last_block}` = index of the last trunk block, `{unembedding}` = the
+name of the shared unembedding Parameter (`trunk.embed.weight` when tied, else
+`trunk.unembed`). Every pattern must match at least one Parameter, or start-up fails with
+one `ConfigError` line (`setup`, before the first step).
+
+The training trajectory is untouched: the extra forward runs on the pre-step weights and
+`torch.autograd.grad` returns the gradients without writing any `.grad`; the model has no
+dropout, so no random number is drawn (tests check the RNG state, the `.grad` fields and the
+loss at every step). A temporary forward hook on the trunk swaps its output for a detached
+leaf, so each horizon's backward stops at the trunk output (cheap, head-sized), and the
+trunk-side parameter gradients come from one vector-Jacobian product per horizon through
+the trunk, which autograd prunes to the input-gradient path except where a requested
+Parameter sits.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+import pytorch_lightning as pl
+import torch
+
+from lab.errors import ConfigError
+from lab.objective.backward import horizon_loss, supervised_rows
+
+FIELD = "callbacks.grad_diagnostics"
+DEFAULT_GROUPS = {
+    "trunk_last": ["trunk.blocks.{last_block}.*"],
+    "embed": ["trunk.embed.weight"],
+    "unembed": ["{unembedding}"],
+}
+GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+GRAM_CHUNK = 1 << 22  # elements per float64 block when accumulating Gram matrices
+
+
+# ---- parameter groups -------------------------------------------------------------------
+def parameter_name(model: torch.nn.Module, param: torch.Tensor) -> str:
+    return next(name for name, p in model.named_parameters() if p is param)
+
+
+def resolve_groups(model, groups: dict | None) -> dict[str, list[tuple[str, torch.nn.Parameter]]]:
+    """Group name -> [(parameter name, Parameter)], each Parameter once per group; ConfigError if a pattern matches nothing."""
+    groups = DEFAULT_GROUPS if groups is None else groups
+    if not hasattr(groups, "items"):
+        raise ConfigError(f"{FIELD}.groups", f"must map group names to name patterns, got {groups!r}")
+    named = list(model.named_parameters())
+    names = [name for name, _ in named]
+    placeholders = {"last_block": str(len(model.trunk.blocks) - 1), "unembedding": parameter_name(model, model.trunk.unembedding)}
+    resolved = {}
+    for group, patterns in groups.items():
+        group = str(group)
+        if not GROUP_NAME.fullmatch(group) or re.fullmatch(r"h\d+", group):
+            raise ConfigError(f"{FIELD}.groups", f"bad group name '{group}': use letters, digits, '_', '.', '-' (not h<number>)")
+        patterns = [patterns] if isinstance(patterns, str) else list(patterns or [])
+        if not patterns:
+            raise ConfigError(f"{FIELD}.groups.{group}", "needs at least one parameter-name pattern")
+        chosen: dict[str, torch.nn.Parameter] = {}
+        for pattern in patterns:
+            concrete = str(pattern)
+            for key, value in placeholders.items():
+                concrete = concrete.replace("{" + key + "}", value)
+            hits = [(name, p) for name, p in named if fnmatch.fnmatchcase(name, concrete)]
+            if not hits:
+                sample = ", ".join(names[:4] + ["..."] + names[-2:]) if len(names) > 6 else ", ".join(names)
+                raise ConfigError(
+                    f"{FIELD}.groups.{group}",
+                    f"pattern '{pattern}' (fnmatch) matches no parameter; names look like: {sample}",
+                )
+            chosen.update(hits)
+        resolved[group] = list(chosen.items())
+    return resolved
+
+
+# ---- per-horizon gradients --------------------------------------------------------------
+@dataclass
+class HorizonGradients:
+    """Per-horizon gradients of c_k·S_k: K entries each."""
+
+    leaf: list[torch.Tensor]  # K × [B, S, d] at the trunk output
+    params: dict[str, list[torch.Tensor]] = field(default_factory=dict)  # parameter name -> K × param-shaped
+    counts: torch.Tensor | None = None  # [K] local valid rows
+
+
+class _TrunkLeaf:
+    """Forward hook: replace the trunk output by a detached leaf; remember both ends."""
+
+    def __init__(self):
+        self.output = self.leaf = None
+
+    def __call__(self, module, inputs, output):
+        self.output = output  # [B, S, d] attached to the trunk graph
+        self.leaf = output.detach().requires_grad_(True)  # [B, S, d] where the heads start
+        return self.leaf
+
+
+def per_horizon_gradients(model, batch: dict, coeffs, params: dict[str, torch.nn.Parameter], *, coefficient_fn=None) -> HorizonGradients:
+    """Gradients of each horizon's c_k·S_k at the trunk output and on `params`, without touching `.grad`.
+
+    `coeffs` is a [K] tensor (or None with `coefficient_fn(horizons) -> [K]`, to use the step's
+    own count-based coefficients). The model runs one extra forward; it must be
+    deterministic (no dropout) for the diagnostic to leave the RNG alone.
+    """
+    with torch.enable_grad():
+        return _per_horizon_gradients(model, batch, coeffs, params, coefficient_fn)
+
+
+def _per_horizon_gradients(model, batch, coeffs, params, coefficient_fn) -> HorizonGradients:
+    probe = _TrunkLeaf()
+    handle = model.trunk.register_forward_hook(probe)
+    try:
+        horizons = model(batch)
+    finally:
+        handle.remove()
+    if coeffs is None:
+        coeffs = coefficient_fn(horizons)
+    coeffs = torch.as_tensor(coeffs).detach()
+    trunk_ids = {id(p) for p in model.trunk.parameters()}
+    names = list(params)
+    trunk_names = [n for n in names if id(params[n]) in trunk_ids]  # also reached through the trunk
+    leaf_grads, param_grads = [], {n: [] for n in names}
+    for k, horizon in enumerate(horizons):
+        rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
+        loss_sum, _ = horizon_loss(rows, labels, horizon)
+        term = coeffs[k].to(loss_sum.dtype) * loss_sum
+        inputs = [probe.leaf] + [params[n] for n in names]
+        grads = (
+            torch.autograd.grad(term, inputs, retain_graph=True, allow_unused=True)
+            if term.requires_grad
+            else [None] * len(inputs)
+        )
+        leaf = torch.zeros_like(probe.leaf) if grads[0] is None else grads[0]  # [B, S, d]
+        leaf_grads.append(leaf)
+        head_side = {n: g for n, g in zip(names, grads[1:])}
+        trunk_side = {}
+        if trunk_names and grads[0] is not None:
+            # vector-Jacobian product through the trunk: only the input-gradient path runs,
+            # plus the weight gradients of the requested trunk Parameters.
+            vjp = torch.autograd.grad(
+                probe.output, [params[n] for n in trunk_names], grad_outputs=leaf, retain_graph=True, allow_unused=True
+            )
+            trunk_side = dict(zip(trunk_names, vjp))
+        for n in names:
+            parts = [g for g in (head_side.get(n), trunk_side.get(n)) if g is not None]
+            total = parts[0] + parts[1] if len(parts) == 2 else (parts[0] if parts else torch.zeros_like(params[n]))
+            param_grads[n].append(total.detach())
+    counts = torch.stack([h.mask.sum() for h in horizons])
+    return HorizonGradients([g.detach() for g in leaf_grads], param_grads, counts)
+
+
+# ---- Gram matrices, norms, cosines ------------------------------------------------------
+def gram(per_horizon: list[torch.Tensor]) -> torch.Tensor:
+    """[K, K] float64 matrix of dot products <g_i, g_j> (accumulated in float64 blocks)."""
+    flat = torch.stack([g.reshape(-1) for g in per_horizon])  # [K, n]
+    out = torch.zeros(flat.shape[0], flat.shape[0], dtype=torch.float64, device=flat.device)
+    for start in range(0, flat.shape[1], GRAM_CHUNK):
+        block = flat[:, start : start + GRAM_CHUNK].double()  # [K, chunk]
+        out += block @ block.T
+    return out
+
+
+def norms_and_cosines(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gram [K, K] -> (norms [K], cosines [K, K]; NaN where a side has zero norm)."""
+    norms = g.diagonal().clamp_min(0).sqrt()  # [K]
+    outer = norms[:, None] * norms[None, :]  # [K, K]
+    cos = torch.where(outer > 0, g / outer.clamp_min(torch.finfo(g.dtype).tiny), torch.full_like(g, float("nan")))
+    return norms, cos.clamp(-1.0, 1.0)
+
+
+def extra_over_main(g: torch.Tensor) -> torch.Tensor:
+    """‖Σ_{k≥2} g_k‖ / ‖g_1‖ from the Gram matrix (NaN when ‖g_1‖ = 0)."""
+    extra = g[1:, 1:].sum().clamp_min(0).sqrt()
+    main = g[0, 0].clamp_min(0).sqrt()
+    return extra / main if main > 0 else torch.tensor(float("nan"), dtype=g.dtype)
+
+
+def metric_names(k: int, groups) -> list[str]:
+    """Every name the callback logs for K horizons and the given group names."""
+    pairs = [(i, j) for i in range(1, k + 1) for j in range(i + 1, k + 1)]
+    names = [f"grad/norm/h{h}" for h in range(1, k + 1)] + [f"grad/cos/h{i}_h{j}" for i, j in pairs]
+    for group in groups:
+        names += [f"grad/norm/{group}/h{h}" for h in range(1, k + 1)] + [f"grad/cos/{group}/h{i}_h{j}" for i, j in pairs]
+    names += [f"grad/shared/{part}/h{h}" for part in ("embed", "unembed") for h in range(1, k + 1)]
+    return names + (["grad/trunk_ratio/extra_over_main"] if k >= 2 else [])
+
+
+@dataclass
+class Snapshot:
+    """The latest diagnostic: step, scalar metrics and the cosine matrices (for figures)."""
+
+    step: int
+    metrics: dict[str, float]
+    cosines: dict[str, torch.Tensor]  # space ("leaf" or group name) -> [K, K]
+
+
+# ---- the callback -----------------------------------------------------------------------
+class GradDiagnostics(pl.Callback):
+    """Per-horizon gradient norms and cosines every `every_n_steps` steps (see module docstring)."""
+
+    def __init__(self, every_n_steps: int = 50, groups: dict | None = None):
+        self.every_n_steps = every_n_steps
+        self.groups_config = groups
+        self.groups: dict[str, list[tuple[str, torch.nn.Parameter]]] = {}
+        self.latest: Snapshot | None = None
+
+    # start-up checks: the callback is built by Hydra (which would wrap an exception raised in
+    # __init__), so every check runs in `setup`, before sanity checking and the first step.
+    def setup(self, trainer, pl_module, stage):
+        if isinstance(self.every_n_steps, bool) or not isinstance(self.every_n_steps, int) or self.every_n_steps < 1:
+            raise ConfigError(f"{FIELD}.every_n_steps", f"must be an integer ≥ 1, got {self.every_n_steps!r}")
+        self.groups = resolve_groups(pl_module.model, self.groups_config)
+
+    def targets(self, model) -> dict[str, torch.nn.Parameter]:
+        """Every Parameter any metric needs, by name (each once)."""
+        shared = {parameter_name(model, p): p for p in (model.trunk.embed.weight, model.trunk.unembedding)}
+        return {**{name: p for members in self.groups.values() for name, p in members}, **shared}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step % self.every_n_steps:
+            return
+        self.latest = self.measure(pl_module, batch, trainer.global_step)
+        for logger in trainer.loggers:  # direct: Lightning's log_every_n_steps would drop sparse steps
+            logger.log_metrics(self.latest.metrics, step=trainer.global_step)
+
+    def measure(self, pl_module, batch, step: int) -> Snapshot:
+        model = pl_module.model
+        world = pl_module.world_size
+
+        def step_coefficients(horizons):
+            coeffs, _, _, scale = pl_module.objective_coefficients(pl_module.local_counts(horizons), batch)
+            return (coeffs * scale).to(torch.float32) / world  # Σ over ranks = what DDP's average applies
+
+        targets = self.targets(model)
+        result = per_horizon_gradients(model, batch, None, targets, coefficient_fn=step_coefficients)
+        k = len(result.leaf)
+        spaces = {"leaf": pl_module.all_reduce_sum(gram(result.leaf))}
+        summed = {name: [pl_module.all_reduce_sum(g) for g in grads] for name, grads in result.params.items()}
+        for group, members in self.groups.items():
+            spaces[group] = gram([torch.cat([summed[name][h].reshape(-1) for name, _ in members]) for h in range(k)])
+        metrics, cosines = {}, {}
+        for space, g in spaces.items():
+            norms, cos = norms_and_cosines(g.cpu())
+            cosines[space] = cos
+            prefix = "" if space == "leaf" else f"{space}/"
+            for i in range(k):
+                metrics[f"grad/norm/{prefix}h{i + 1}"] = float(norms[i])
+                for j in range(i + 1, k):
+                    metrics[f"grad/cos/{prefix}h{i + 1}_h{j + 1}"] = float(cos[i, j])
+        for part, param in (("embed", model.trunk.embed.weight), ("unembed", model.trunk.unembedding)):
+            grads = summed[parameter_name(model, param)]
+            for i in range(k):
+                metrics[f"grad/shared/{part}/h{i + 1}"] = float(grads[i].double().norm())
+        if k >= 2:
+            metrics["grad/trunk_ratio/extra_over_main"] = float(extra_over_main(spaces["leaf"].cpu()))
+        return Snapshot(step, metrics, cosines)

@@ -1,0 +1,78 @@
+"""Build the sweep report: runs.csv, figures/*.png, report.md, report.html (idempotent)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.report.figures import write_report_figures
+from lab.report.records import FIGURES_DIR, ReportError, Sweep, collect_sweep
+from lab.report.render import html_page, markdown
+from lab.report.table import runs_csv_text, variants
+
+
+@dataclass
+class Report:
+    out_dir: Path
+    runs_csv: Path
+    markdown: Path
+    html: Path
+    figures: list[Path]
+    n_ok: int
+    n_failed: int
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def build_report(sweep: Sweep, out_dir: str | Path) -> Report:
+    """Every output is a pure function of the records: rebuilding from the same data gives the same bytes."""
+    if not sweep.records:
+        raise ReportError(f"{sweep.source}: no completed runs (the sweep has no jobs)")
+    if not sweep.completed:
+        reasons = "; ".join(f"job {r['job']}: {r['error']}" for r in sweep.failed[:3])
+        more = f" (+{len(sweep.failed) - 3} more)" if len(sweep.failed) > 3 else ""
+        raise ReportError(f"{sweep.source}: no completed runs ({len(sweep.failed)} failed: {reasons}{more})")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    groups = variants(sweep.records)
+    runs_csv = write_text_atomic(out / "runs.csv", runs_csv_text(sweep.records))
+    figures = write_report_figures(groups, out / FIGURES_DIR)
+    md = write_text_atomic(out / "report.md", markdown(sweep, groups, figures, FIGURES_DIR))
+    page = write_text_atomic(out / "report.html", html_page(sweep, groups, figures))
+    return Report(out, runs_csv, md, page, [p for _, _, p in figures if p is not None], len(sweep.completed), len(sweep.failed))
+
+
+def build_sweep_report(sweep_dir: str | Path) -> Report:
+    """`lab-report SWEEP_DIR`: collect the job directories and write the report next to them."""
+    return build_report(collect_sweep(sweep_dir), sweep_dir)
+
+
+def log_report_to_wandb(report: Report, project: str, group: str, mode: str | None = None, entity: str | None = None) -> str | None:
+    """One extra wandb run per sweep (job_type 'report'): the runs table and every figure.
+
+    Returns the run id. The job runs stay untouched; `lab-report --wandb` leaves this run out.
+    """
+    import csv
+
+    import wandb
+
+    with report.runs_csv.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    run = wandb.init(
+        project=project, entity=entity, group=group, job_type="report", name=f"report-{group}",
+        dir=str(report.out_dir), mode=mode or os.environ.get("WANDB_MODE", "offline"), reinit="create_new",
+        config={"sweep_dir": str(report.out_dir)},
+    )
+    try:
+        run.log({"runs": wandb.Table(columns=rows[0], data=rows[1:])})
+        run.log({f"figures/{path.stem}": wandb.Image(str(path)) for path in report.figures})
+        run.summary.update({"jobs_ok": report.n_ok, "jobs_failed": report.n_failed})
+        return run.id
+    finally:
+        run.finish()

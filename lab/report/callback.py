@@ -1,0 +1,98 @@
+"""Hydra callbacks for sweeps (registered in conf/hydra/default.yaml under `hydra.callbacks`).
+
+`SweepReport.on_multirun_end` writes the sweep report into the sweep directory once all
+jobs have returned. A failed job does not stop the sweep: `lab.train.run` records it in
+its run.json and returns, so Hydra's sweeper goes on to the next job (both the basic and
+the joblib launcher would otherwise re-raise the first job exception after the batch and
+skip `on_multirun_end`). When any job failed, the command exits with status 1 after the
+report is written.
+
+`SingleJobArgv` makes multi-process (DDP) jobs safe inside a sweep. Lightning's `ddp`
+strategy starts ranks 1..N-1 by re-running `sys.argv` (plus `hydra.run.dir=<run dir>`);
+inside a multirun that argv still holds `-m` and the sweep lists, so every rank would
+launch the whole sweep again. While a job runs, this callback replaces `sys.argv` with
+that job's own overrides and `hydra.mode=RUN`, and points `hydra.run.dir` at the job's
+directory, so the extra ranks run exactly this job, in this job's directory.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, read_write
+
+from lab.report.records import ReportError
+
+
+def is_multirun() -> bool:
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
+
+
+class SingleJobArgv(Callback):
+    def __init__(self) -> None:
+        self._saved_argv: list[str] | None = None
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not is_multirun():
+            return
+        hydra_cfg = HydraConfig.get()
+        self._saved_argv = list(sys.argv)
+        overrides = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task)]
+        sys.argv = [sys.argv[0], *overrides, "hydra.mode=RUN"]
+        with read_write(hydra_cfg.run):
+            hydra_cfg.run.dir = hydra_cfg.runtime.output_dir
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        if self._saved_argv is not None:
+            sys.argv = self._saved_argv
+            self._saved_argv = None
+
+
+class SweepReport(Callback):
+    def __init__(self, enabled: bool = True, log_to_wandb: bool = True, fail_on_failed_jobs: bool = True) -> None:
+        self.enabled = enabled
+        self.log_to_wandb = log_to_wandb
+        self.fail_on_failed_jobs = fail_on_failed_jobs
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.enabled:
+            return
+        from lab.report.build import build_report
+        from lab.report.records import collect_sweep
+
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        try:
+            sweep = collect_sweep(sweep_dir)
+            report = build_report(sweep, sweep_dir)
+        except ReportError as error:
+            print(f"error: report: {error}", file=sys.stderr)
+            sys.exit(1)
+        print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed)", file=sys.stderr)
+        if self.log_to_wandb:
+            self._log_to_wandb(config, report)
+        if report.n_failed and self.fail_on_failed_jobs:
+            print(f"error: sweep: {report.n_failed} of {report.n_ok + report.n_failed} jobs failed (see {report.markdown})", file=sys.stderr)
+            sys.exit(1)
+
+    @staticmethod
+    def _log_to_wandb(config: DictConfig, report) -> None:
+        wandb_cfg = OmegaConf.select(config, "logger.wandb")
+        if wandb_cfg is None:
+            return
+        try:
+            from lab.report.build import log_report_to_wandb
+
+            log_report_to_wandb(
+                report, project=str(wandb_cfg.project), group=str(config.sweep_name), mode=str(wandb_cfg.get("mode") or "offline"),
+                entity=wandb_cfg.get("entity"),
+            )
+        except Exception as error:  # the report on disk is the record; wandb is a copy
+            print(f"warning: report not logged to wandb: {type(error).__name__}: {error}", file=sys.stderr)

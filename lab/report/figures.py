@@ -1,0 +1,267 @@
+"""The sweep report's figures. Each returns the PNG path, or None when the sweep has no data for it.
+
+Seeds are averaged: bars show the mean over a variant's completed jobs with the sample
+standard deviation as error bar; curves show the per-step mean over seeds.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from lab.report.plotting import color, figure, save_png, short
+from lab.report.records import finite
+from lab.report.table import Variant
+
+HEAD_ORDER = ("ntp", "linear", "parallel", "causal", "anticausal", "deepseek")
+GRAD_COS = re.compile(r"^grad/cos/(?:(?P<space>.+)/)?h(?P<i>\d+)_h(?P<j>\d+)$")
+MiB = 1024 * 1024
+
+
+def order_key(variant: Variant):
+    head = variant.head
+    rank = HEAD_ORDER.index(head) if head in HEAD_ORDER else len(HEAD_ORDER)
+    return (rank, variant.k or 0)
+
+
+def mean_curve(records: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step mean of one metric over several jobs (steps every job logged)."""
+    by_step: dict[int, list[float]] = {}
+    for record in records:
+        for step, value in record["history"].get(metric, []):
+            if finite(value):
+                by_step.setdefault(step, []).append(value)
+    steps = sorted(s for s, values in by_step.items() if len(values) == len(records))
+    return np.array(steps, dtype=float), np.array([statistics.fmean(by_step[s]) for s in steps], dtype=float)
+
+
+def smooth(values: np.ndarray, window: int) -> np.ndarray:
+    if window <= 1 or len(values) < window:
+        return values
+    kernel = np.ones(window) / window
+    padded = np.concatenate([np.full(window - 1, values[0]), values])
+    return np.convolve(padded, kernel, mode="valid")
+
+
+def history_mean(records: list[dict], metric: str, last_fraction: float = 1.0) -> float | None:
+    """Mean of a metric over the last `last_fraction` of each job's logged steps, then over jobs."""
+    per_job = []
+    for record in records:
+        series = [v for _, v in record["history"].get(metric, []) if finite(v)]
+        if series:
+            tail = series[int(len(series) * (1 - last_fraction)):] or series
+            per_job.append(statistics.fmean(tail))
+    return statistics.fmean(per_job) if per_job else None
+
+
+def history_median(records: list[dict], metric: str) -> float | None:
+    values = [v for r in records for _, v in r["history"].get(metric, []) if finite(v)]
+    return statistics.median(values) if values else None
+
+
+# ---- figures ---------------------------------------------------------------------------------
+
+
+def val_loss_by_architecture(variants: list[Variant], path: Path) -> Path | None:
+    """Bar per variant (ordered by architecture, then K), coloured by K; ntp as a dashed baseline."""
+    rows = [v for v in sorted(variants, key=order_key) if v.stat("val/loss")[0] is not None]
+    if not rows:
+        return None
+    ks = sorted({v.k or 1 for v in rows})
+    with figure(max(5.0, 0.75 * len(rows) + 2), 4.0) as (fig, axes):
+        ax = axes[0][0]
+        for i, variant in enumerate(rows):
+            mean, spread, n = variant.stat("val/loss")
+            ax.bar(i, mean, yerr=spread if n > 1 else None, capsize=3, color=color(ks.index(variant.k or 1)),
+                   label=f"K={variant.k or 1}")
+            ax.annotate(f"{mean:.3f}", (i, mean), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
+        baseline = [v for v in rows if v.head == "ntp"]
+        if baseline:
+            ax.axhline(baseline[0].stat("val/loss")[0], color="black", linestyle="--", linewidth=0.8, label="ntp")
+        low = min(v.stat("val/loss")[0] for v in rows)
+        high = max(v.stat("val/loss")[0] + (v.stat("val/loss")[1] or 0) for v in rows)
+        ax.set_ylim(max(0.0, low - 0.15 * (high - low + 1e-9) - 0.05), high + 0.1 * (high - low + 1e-9) + 0.02)
+        ax.set_xticks(range(len(rows)), [short(v.label) for v in rows], rotation=30, ha="right")
+        ax.set_ylabel("val next-token loss (nats)")
+        ax.set_title("Validation next-token loss by architecture and K (mean ± sd over seeds)")
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        ax.legend(unique.values(), unique.keys())
+        return save_png(fig, path)
+
+
+def horizon_loss_curves(variants: list[Variant], path: Path) -> Path | None:
+    """One panel per horizon: training loss at horizon k over steps (smoothed), val loss as markers."""
+    rows = [v for v in sorted(variants, key=order_key) if v.ok]
+    max_k = max((v.max_k for v in rows), default=0)
+    if not rows or max_k < 1:
+        return None
+    ncols = min(max_k, 4)
+    nrows = (max_k + ncols - 1) // ncols
+    with figure(3.2 * ncols + 0.5, 2.8 * nrows + 0.4, nrows, ncols, sharex=True) as (fig, axes):
+        drawn = False
+        for k in range(1, max_k + 1):
+            ax = axes[(k - 1) // ncols][(k - 1) % ncols]
+            for i, variant in enumerate(rows):
+                steps, values = mean_curve(variant.ok, f"train/loss/h{k}")
+                if len(steps):
+                    ax.plot(steps, smooth(values, max(1, len(values) // 25)), color=color(i), linewidth=1.0, label=short(variant.label))
+                    drawn = True
+                vsteps, vvalues = mean_curve(variant.ok, f"val/loss/h{k}")
+                if len(vsteps):
+                    ax.plot(vsteps, vvalues, color=color(i), marker="o", markersize=3, linestyle="none")
+                    drawn = True
+            ax.set_title(f"horizon {k}")
+            ax.set_xlabel("step")
+            ax.set_ylabel("loss (nats)")
+        for k in range(max_k + 1, nrows * ncols + 1):
+            axes[(k - 1) // ncols][(k - 1) % ncols].set_visible(False)
+        if not drawn:
+            return None
+        axes[0][0].legend(loc="upper right")
+        fig.suptitle("Per-horizon loss: train (lines, smoothed) and validation (dots)")
+        return save_png(fig, path)
+
+
+def horizon_accuracy(variants: list[Variant], path: Path) -> Path | None:
+    """Medusa-style: top-1 validation accuracy of horizon k vs k, and chain acceptance."""
+    rows = [v for v in sorted(variants, key=order_key) if v.stat("val/acc/h1")[0] is not None]
+    if not rows:
+        return None
+    with figure(10.0, 3.8, 1, 2) as (fig, axes):
+        for col, (prefix, title) in enumerate((("val/acc", "top-1 accuracy of horizon k"), ("val/chain_acc", "P(k correct | 1..k-1 correct)"))):
+            ax = axes[0][col]
+            for i, variant in enumerate(rows):
+                ks, means, spreads = [], [], []
+                for k in range(1, variant.max_k + 1):
+                    mean, spread, _ = variant.stat(f"{prefix}/h{k}")
+                    if mean is not None:
+                        ks.append(k), means.append(mean), spreads.append(spread or 0.0)
+                if ks:
+                    ax.errorbar(ks, means, yerr=spreads, color=color(i), marker="o", markersize=3, capsize=2, linewidth=1.0, label=short(variant.label))
+            ax.set_xlabel("horizon k")
+            ax.set_ylabel("accuracy")
+            ax.set_title(title)
+            ax.xaxis.get_major_locator().set_params(integer=True)
+        axes[0][0].legend()
+        fig.suptitle("Per-horizon validation accuracy (final, mean ± sd over seeds)")
+        return save_png(fig, path)
+
+
+def grad_cosine_heatmaps(variants: list[Variant], path: Path) -> Path | None:
+    """Mean pairwise gradient cosine between horizons over training, one heatmap per variant."""
+    panels = []
+    for variant in sorted(variants, key=order_key):
+        names = sorted({name for r in variant.ok for name in r["history"] if GRAD_COS.match(name)})
+        if not names:
+            continue
+        spaces = sorted({GRAD_COS.match(n).group("space") or "" for n in names})
+        space = "leaf" if "leaf" in spaces else spaces[0]
+        k = max(max(int(GRAD_COS.match(n).group("i")), int(GRAD_COS.match(n).group("j"))) for n in names)
+        matrix = np.full((k, k), np.nan)
+        np.fill_diagonal(matrix, 1.0)
+        for name in names:
+            match = GRAD_COS.match(name)
+            if (match.group("space") or "") != space:
+                continue
+            value = history_mean(variant.ok, name)
+            if value is not None:
+                i, j = int(match.group("i")) - 1, int(match.group("j")) - 1
+                matrix[i, j] = matrix[j, i] = value
+        panels.append((variant.label, space, matrix))
+    if not panels:
+        return None
+    ncols = min(len(panels), 3)
+    nrows = (len(panels) + ncols - 1) // ncols
+    with figure(3.4 * ncols + 0.6, 3.1 * nrows + 0.4, nrows, ncols) as (fig, axes):
+        for index, (label, space, matrix) in enumerate(panels):
+            ax = axes[index // ncols][index % ncols]
+            image = ax.imshow(matrix, vmin=-1, vmax=1, cmap="RdBu_r")
+            k = matrix.shape[0]
+            ax.set_xticks(range(k), [f"h{i + 1}" for i in range(k)])
+            ax.set_yticks(range(k), [f"h{i + 1}" for i in range(k)])
+            ax.grid(False)
+            for i in range(k):
+                for j in range(k):
+                    if np.isfinite(matrix[i, j]):
+                        ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
+            ax.set_title(short(f"{label} [{space or 'all'}]", 40), fontsize=8)
+            fig.colorbar(image, ax=ax, shrink=0.8)
+        for index in range(len(panels), nrows * ncols):
+            axes[index // ncols][index % ncols].set_visible(False)
+        fig.suptitle("Gradient cosine between horizons (mean over logged steps)")
+        return save_png(fig, path)
+
+
+def effective_weights_by_policy(variants: list[Variant], path: Path) -> Path | None:
+    """Effective weight of each horizon in the objective (mean over training), grouped bars per variant."""
+    rows = []
+    for variant in sorted(variants, key=order_key):
+        if variant.max_k < 2:
+            continue
+        weights = [history_mean(variant.ok, f"train/weight_eff/h{k}") for k in range(1, variant.max_k + 1)]
+        if any(w is not None for w in weights):
+            rows.append((variant, weights))
+    if not rows:
+        return None
+    max_k = max(len(w) for _, w in rows)
+    width = 0.8 / len(rows)
+    with figure(max(6.0, 1.1 * max_k + 3), 3.8) as (fig, axes):
+        ax = axes[0][0]
+        for i, (variant, weights) in enumerate(rows):
+            xs = [k - 1 + (i - (len(rows) - 1) / 2) * width for k in range(1, len(weights) + 1)]
+            ax.bar(xs, [w if w is not None else 0.0 for w in weights], width=width, color=color(i),
+                   label=short(f"{variant.label} [{variant.first.get('reduction')}, {variant.first.get('weights')}]", 48))
+        ax.set_xticks(range(max_k), [f"h{k}" for k in range(1, max_k + 1)])
+        ax.set_ylabel("effective weight (mean over steps)")
+        ax.set_title("Effective horizon weights by policy")
+        ax.legend()
+        return save_png(fig, path)
+
+
+def logit_memory_by_schedule(variants: list[Variant], path: Path) -> Path | None:
+    """Logical live-logit bytes and measured saved-tensor peak (median over steps) per variant."""
+    rows = []
+    for variant in sorted(variants, key=order_key):
+        live = history_median(variant.ok, "mem/logits_live_bytes")
+        saved = history_median(variant.ok, "mem/saved_peak_bytes")
+        if live is not None or saved is not None:
+            rows.append((variant, live, saved))
+    if not rows:
+        return None
+    with figure(8.0, max(2.5, 0.45 * len(rows) + 1.2)) as (fig, axes):
+        ax = axes[0][0]
+        ys = np.arange(len(rows))
+        ax.barh(ys - 0.2, [(live or 0) / MiB for _, live, _ in rows], height=0.38, color=color(0), label="logits live (logical)")
+        ax.barh(ys + 0.2, [(saved or 0) / MiB for _, _, saved in rows], height=0.38, color=color(1), label="saved tensors peak (measured)")
+        ax.set_yticks(ys, [short(f"{v.label} [{v.first.get('schedule')}]", 40) for v, _, _ in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("MiB (median over steps)")
+        ax.set_title("Logit memory by backward schedule")
+        ax.legend(loc="lower right")
+        return save_png(fig, path)
+
+
+REPORT_FIGURES = (
+    ("val_loss_by_architecture.png", val_loss_by_architecture, "Validation next-token loss by architecture and K"),
+    ("horizon_loss_curves.png", horizon_loss_curves, "Per-horizon loss curves"),
+    ("horizon_accuracy.png", horizon_accuracy, "Per-horizon accuracy vs horizon (Medusa-style) and chain acceptance"),
+    ("grad_cosine.png", grad_cosine_heatmaps, "Gradient cosine between horizons"),
+    ("effective_weights.png", effective_weights_by_policy, "Effective horizon weights by policy"),
+    ("logit_memory.png", logit_memory_by_schedule, "Logit memory by schedule"),
+)
+
+
+def write_report_figures(variants: list[Variant], out_dir: Path) -> list[tuple[str, str, Path | None]]:
+    """(file name, caption, path or None when not applicable) for every report figure."""
+    out = []
+    for name, function, caption in REPORT_FIGURES:
+        target = Path(out_dir) / name
+        path = function(variants, target)
+        if path is None and target.exists():
+            target.unlink()  # stale figure from an earlier build of a different sweep state
+        out.append((name, caption, path))
+    return out

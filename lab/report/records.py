@@ -1,0 +1,270 @@
+"""Sweep collection: one plain record per job, from a sweep directory or from wandb runs.
+
+A record is a dict with a fixed shape, whatever its source:
+
+    job         int   job number inside the sweep (Hydra's `hydra.job.num`)
+    name        str   job directory name (or wandb run name)
+    run_dir     str   path relative to the sweep directory ('' for wandb runs)
+    overrides   list  the job's Hydra task overrides, e.g. ["head=parallel", "seed=1"]
+    status      str   "ok" | "failed"
+    error       str   failure reason (None when ok)
+    run_time_s  float wall time of the job (None when unknown)
+    head, k, reduction, weights, schedule, seed   from the run manifest / config
+    final       dict  final metrics {name: float} (empty for a failed job)
+    history     dict  {metric: [(step, value), ...]} from metrics.csv / wandb history
+    parameters  dict  parameter table of the model (may be empty)
+
+The conversion from wandb's public-API run objects is a pure function of plain dicts
+(`record_from_wandb`) so it can be tested without a network.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+SWEEP_MARKER = "multirun.yaml"  # written by Hydra's sweeper into every sweep directory
+REPORT_FILES = ("runs.csv", "report.md", "report.html")
+FIGURES_DIR = "figures"
+RECORD_FIELDS = ("head", "k", "reduction", "weights", "schedule", "seed")
+
+
+class ReportError(Exception):
+    """Bad input for the report: one line, names the path or field at fault."""
+
+
+@dataclass
+class Sweep:
+    name: str
+    source: str  # the sweep directory, or "wandb:ENTITY/PROJECT/GROUP"
+    records: list[dict] = field(default_factory=list)
+
+    @property
+    def completed(self) -> list[dict]:
+        return [r for r in self.records if r["status"] == "ok"]
+
+    @property
+    def failed(self) -> list[dict]:
+        return [r for r in self.records if r["status"] != "ok"]
+
+
+# ---- helpers ------------------------------------------------------------------------
+
+
+def to_float(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number
+
+
+def finite(value) -> bool:
+    return value is not None and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def override_items(overrides: list[str]) -> list[tuple[str, str]]:
+    """["head=parallel", "+x=1"] → [("head", "parallel"), ("+x", "1")] (flags without '=' kept whole)."""
+    items = []
+    for override in overrides:
+        key, _, value = str(override).partition("=")
+        items.append((key, value))
+    return items
+
+
+def read_history(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """metrics.csv (CSVLogger: one row per logging call, blank cells elsewhere) → per-metric series."""
+    history: dict[str, list[tuple[int, float]]] = {}
+    if not path.exists():
+        return history
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            step = to_float(row.get("step"))
+            if step is None:
+                continue
+            for name, cell in row.items():
+                if name in ("step", "epoch") or cell in (None, ""):
+                    continue
+                value = to_float(cell)
+                if value is not None:
+                    history.setdefault(name, []).append((int(step), value))
+    return history
+
+
+def last_values(history: dict) -> dict[str, float]:
+    return {name: series[-1][1] for name, series in history.items() if series}
+
+
+def empty_record() -> dict:
+    return {
+        "job": None, "name": "", "run_dir": "", "overrides": [], "status": "failed", "error": None,
+        "run_time_s": None, "head": None, "k": None, "reduction": None, "weights": None,
+        "schedule": None, "seed": None, "final": {}, "history": {}, "parameters": {},
+    }
+
+
+# ---- sweep directories ------------------------------------------------------------------
+
+
+def is_job_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / "run.json").exists() or (path / ".hydra" / "overrides.yaml").exists())
+
+
+def job_number(job_dir: Path) -> int | None:
+    hydra_yaml = job_dir / ".hydra" / "hydra.yaml"
+    if hydra_yaml.exists():
+        try:
+            num = (yaml.safe_load(hydra_yaml.read_text()) or {}).get("hydra", {}).get("job", {}).get("num")
+            if isinstance(num, int):
+                return num
+        except yaml.YAMLError:
+            pass
+    match = re.match(r"(\d+)", job_dir.name)
+    return int(match.group(1)) if match else None
+
+
+def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
+    record = empty_record()
+    record["name"] = job_dir.name
+    record["run_dir"] = str(job_dir.relative_to(sweep_dir))
+    record["job"] = job_number(job_dir)
+    record["history"] = read_history(job_dir / "metrics.csv")
+    overrides_yaml = job_dir / ".hydra" / "overrides.yaml"
+    if overrides_yaml.exists():
+        record["overrides"] = [str(o) for o in (yaml.safe_load(overrides_yaml.read_text()) or [])]
+    run_json = job_dir / "run.json"
+    if not run_json.exists():
+        record["error"] = "no run.json: the job was killed or is still running"
+        return record
+    try:
+        payload = json.loads(run_json.read_text())
+    except json.JSONDecodeError as error:
+        record["error"] = f"unreadable run.json: {error}"
+        return record
+    record["overrides"] = [str(o) for o in payload.get("overrides") or record["overrides"]]
+    record["status"] = "ok" if payload.get("status") == "ok" else "failed"
+    record["error"] = payload.get("error") or (None if record["status"] == "ok" else f"status {payload.get('status')!r}")
+    record["run_time_s"] = to_float(payload.get("run_time_s"))
+    record["final"] = {name: float(value) for name, value in (payload.get("final_metrics") or {}).items() if to_float(value) is not None}
+    record["parameters"] = payload.get("parameters") or {}
+    manifest = payload.get("manifest") or {}
+    config = payload.get("config") or {}
+    record.update(fields_from(manifest, config))
+    return record
+
+
+def fields_from(manifest: dict, config: dict) -> dict:
+    """head, K, policy, weight schedule, backward schedule, seed from a manifest and/or a resolved config."""
+    head = config.get("head") or {}
+    weights = manifest.get("weights") or config.get("weights") or {}
+    k = manifest.get("k")
+    if k is None:
+        k = head.get("k")
+        if k is None and head.get("depth") is not None:
+            k = head["depth"] + 1
+    return {
+        "head": manifest.get("head") or head.get("name"),
+        "k": int(k) if k is not None else None,
+        "reduction": manifest.get("reduction") or (config.get("reduction") or {}).get("policy"),
+        "weights": weights.get("name") if isinstance(weights, dict) else weights,
+        "schedule": manifest.get("schedule") or (config.get("schedule") or {}).get("name"),
+        "seed": config.get("seed"),
+    }
+
+
+def collect_sweep(sweep_dir: str | Path) -> Sweep:
+    """Every job directory of a Hydra sweep directory, sorted by job number."""
+    root = Path(sweep_dir)
+    if not root.is_dir():
+        raise ReportError(f"{sweep_dir}: no such directory")
+    jobs = sorted((p for p in root.iterdir() if is_job_dir(p)), key=lambda p: p.name)
+    if not (root / SWEEP_MARKER).exists() and not jobs:
+        raise ReportError(f"{sweep_dir}: not a sweep directory (no {SWEEP_MARKER} and no job directories with run.json)")
+    records = [record_from_run_dir(job, root) for job in jobs]
+    records.sort(key=lambda r: (r["job"] if r["job"] is not None else 1 << 30, r["name"]))
+    return Sweep(name=sweep_name_of(root, records), source=str(root), records=records)
+
+
+def sweep_name_of(root: Path, records: list[dict]) -> str:
+    for record in records:
+        run_json = root / record["run_dir"] / "run.json"
+        if run_json.exists():
+            try:
+                name = (json.loads(run_json.read_text()).get("config") or {}).get("sweep_name")
+            except json.JSONDecodeError:
+                continue
+            if name:
+                return str(name)
+    return root.name
+
+
+# ---- wandb runs (pure conversion) ---------------------------------------------------------
+
+FAILED_STATES = ("failed", "crashed", "killed")
+
+
+def record_from_wandb(run: dict, job: int) -> dict:
+    """One wandb run, as plain data, → a record.
+
+    `run` holds what the public API gives: id, name, state, job_type, group, config (the
+    logged hyperparameters, plus `overrides` and `run_time_s` when the job logged them),
+    summary (last values; `status` / `error` when the job logged them) and history (a
+    list of row dicts with `_step` / `trainer/global_step`).
+    """
+    record = empty_record()
+    config = dict(run.get("config") or {})
+    summary = dict(run.get("summary") or {})
+    record["job"] = job
+    record["name"] = str(run.get("name") or run.get("id") or f"run{job}")
+    manifest = config.get("manifest") or {}
+    record.update(fields_from(manifest, config))
+    overrides = config.get("overrides")
+    record["overrides"] = [str(o) for o in overrides] if overrides else synthesized_overrides(record)
+    status = summary.get("status")
+    state = str(run.get("state") or "")
+    if status in ("ok", "failed"):
+        record["status"] = status
+    else:
+        record["status"] = "failed" if state in FAILED_STATES else "ok"
+    if record["status"] == "failed":
+        record["error"] = str(summary.get("error") or f"wandb run state '{state or 'unknown'}'")
+    record["run_time_s"] = to_float(summary.get("run_time_s", summary.get("_runtime")))
+    history: dict[str, list[tuple[int, float]]] = {}
+    for row in run.get("history") or []:
+        step = to_float(row.get("trainer/global_step", row.get("_step")))
+        if step is None:
+            continue
+        for name, value in row.items():
+            if name.startswith("_") or name in ("trainer/global_step", "epoch"):
+                continue
+            number = to_float(value)
+            if number is not None:
+                history.setdefault(name, []).append((int(step), number))
+    record["history"] = history
+    if record["status"] == "ok":
+        final = {name: float(v) for name, v in summary.items() if not name.startswith("_") and to_float(v) is not None}
+        final.update({name: v for name, v in last_values(history).items() if name not in final})
+        record["final"] = {name: value for name, value in final.items() if "/" in name}
+    return record
+
+
+def synthesized_overrides(record: dict) -> list[str]:
+    """For runs that did not log their overrides: the manifest fields as override strings."""
+    out = []
+    for key, name in (("head", "head"), ("k", "head.k"), ("reduction", "reduction"), ("weights", "weights"), ("schedule", "schedule"), ("seed", "seed")):
+        if record.get(key) is not None:
+            out.append(f"{name}={record[key]}")
+    return out
+
+
+def sweep_from_wandb_runs(runs: list[dict], source: str, name: str) -> Sweep:
+    """Plain wandb runs of one group → a Sweep; the report run itself (job_type 'report') is left out."""
+    jobs = [run for run in runs if run.get("job_type") != "report"]
+    jobs.sort(key=lambda run: (str(run.get("created_at") or ""), str(run.get("name") or ""), str(run.get("id") or "")))
+    return Sweep(name=name, source=source, records=[record_from_wandb(run, index) for index, run in enumerate(jobs)])

@@ -1,0 +1,152 @@
+"""runs.csv, sweep dimensions, variants (jobs that differ only by seed) and mean ± spread."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+
+from lab.report.records import RECORD_FIELDS, finite, override_items
+
+SEED_KEYS = ("seed", "+seed", "++seed")
+HORIZON_METRIC = re.compile(r"^(?P<base>.+)/h(?P<k>\d+)$")
+BASE_COLUMNS = ("job", "run_dir", "overrides", "status", "error", "run_time_s", *RECORD_FIELDS, "steps")
+
+
+def metric_sort_key(name: str):
+    """Group per-horizon metrics together and order them by horizon (h2 before h10)."""
+    match = HORIZON_METRIC.match(name)
+    if match:
+        return (match.group("base"), 1, int(match.group("k")), name)
+    return (name, 0, 0, name)
+
+
+def steps_done(record: dict) -> int | None:
+    steps = [series[-1][0] for series in record["history"].values() if series]
+    return max(steps) + 1 if steps else None
+
+
+def metric_columns(records: list[dict]) -> list[str]:
+    names = set()
+    for record in records:
+        names |= set(record["final"])
+    return sorted(names, key=metric_sort_key)
+
+
+def format_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def runs_csv_text(records: list[dict]) -> str:
+    """One row per job (failed ones included): overrides, status, reason, final and per-horizon metrics, run time."""
+    metrics = metric_columns(records)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*BASE_COLUMNS, *metrics])
+    for record in records:
+        row = [
+            record["job"], record["run_dir"], " ".join(record["overrides"]), record["status"], record["error"],
+            None if record["run_time_s"] is None else round(record["run_time_s"], 3),
+            *(record.get(name) for name in RECORD_FIELDS), steps_done(record),
+        ]
+        row += [record["final"].get(name) for name in metrics]
+        writer.writerow([format_cell(cell) for cell in row])
+    return buffer.getvalue()
+
+
+# ---- dimensions and variants --------------------------------------------------------------
+
+
+def sweep_dimensions(records: list[dict]) -> list[str]:
+    """Override keys whose value differs between jobs (in first-seen order)."""
+    seen: dict[str, set] = {}
+    order: list[str] = []
+    for record in records:
+        for key, value in override_items(record["overrides"]):
+            if key not in seen:
+                seen[key] = set()
+                order.append(key)
+            seen[key].add(value)
+    missing = {key for key in order if any(key not in dict(override_items(r["overrides"])) for r in records)}
+    return [key for key in order if len(seen[key]) > 1 or key in missing]
+
+
+def variant_label(record: dict, dims: list[str]) -> str:
+    values = dict(override_items(record["overrides"]))
+    parts = [f"{key}={values[key]}" for key in dims if key not in SEED_KEYS and key in values]
+    if parts:
+        return " ".join(parts)
+    head = record.get("head") or "run"
+    return f"{head}-k{record['k']}" if record.get("k") is not None else head
+
+
+@dataclass
+class Variant:
+    label: str
+    records: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> list[dict]:
+        return [r for r in self.records if r["status"] == "ok"]
+
+    @property
+    def first(self) -> dict:
+        return (self.ok or self.records)[0]
+
+    @property
+    def head(self):
+        return self.first.get("head")
+
+    @property
+    def k(self):
+        return self.first.get("k")
+
+    def values(self, metric: str) -> list[float]:
+        return [r["final"][metric] for r in self.ok if finite(r["final"].get(metric))]
+
+    def stat(self, metric: str) -> tuple[float | None, float | None, int]:
+        """(mean, spread, n): spread is the sample standard deviation over seeds (0 for one seed)."""
+        return mean_spread(self.values(metric))
+
+    def cell(self, metric: str, digits: int = 4) -> str:
+        mean, spread, n = self.stat(metric)
+        if mean is None:
+            return "—"
+        if n > 1:
+            return f"{mean:.{digits}f} ± {spread:.{digits}f}"
+        return f"{mean:.{digits}f}"
+
+    @property
+    def max_k(self) -> int:
+        return max((r.get("k") or 1 for r in self.ok), default=self.k or 1)
+
+
+def mean_spread(values: list[float]) -> tuple[float | None, float | None, int]:
+    if not values:
+        return None, None, 0
+    mean = statistics.fmean(values)
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return mean, spread, len(values)
+
+
+def variants(records: list[dict]) -> list[Variant]:
+    """Jobs grouped by every sweep dimension except the seed, in job order."""
+    dims = sweep_dimensions(records)
+    groups: dict[str, Variant] = {}
+    for record in records:
+        label = variant_label(record, dims)
+        groups.setdefault(label, Variant(label)).records.append(record)
+    return list(groups.values())
+
+
+def seed_count(records: list[dict]) -> int:
+    seeds = {dict(override_items(r["overrides"])).get(key) for r in records for key in SEED_KEYS}
+    seeds.discard(None)
+    return max(1, len(seeds))

@@ -16,10 +16,10 @@ import os
 # waiting keeps 2-thread timings meaningful. An explicit setting is respected.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import statistics  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 
 @dataclass
@@ -40,10 +40,13 @@ class Timing:
         q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
         return q1, q3
 
-    def ms(self) -> str:
-        """'median [q1–q3]' in milliseconds."""
+    def describe(self, scale: float = 1.0, digits: int = 3) -> str:
+        """'median [q1–q3]', values multiplied by `scale`."""
         q1, q3 = self.iqr
-        return f"{self.median * 1e3:.1f} [{q1 * 1e3:.1f}–{q3 * 1e3:.1f}]"
+        return f"{self.median * scale:.{digits}f} [{q1 * scale:.{digits}f}–{q3 * scale:.{digits}f}]"
+
+    def ms(self) -> str:
+        return self.describe(1e3, 1)
 
 
 def interleave(variants: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, Timing]:
@@ -61,9 +64,13 @@ def interleave(variants: dict[str, Callable[[], object]], repeats: int, warmup: 
     return {name: Timing(values) for name, values in samples.items()}
 
 
-def ratio(a: Timing, b: Timing) -> float:
-    """Median of a over median of b."""
-    return a.median / b.median
+def paired_ratio(a: Timing, b: Timing) -> Timing:
+    """Ratios a_i / b_i of samples taken in the same interleaved round.
+
+    Neighbours in time share the machine's state, so their ratio cancels slow load
+    drift that the ratio of medians still carries.
+    """
+    return Timing([x / y for x, y in zip(a.samples, b.samples, strict=True)])
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -24,7 +24,7 @@ from fetching the batch to the end of the scheduler step. The first rounds are w
 from __future__ import annotations
 
 # common first: it sets OMP_WAIT_POLICY before torch loads OpenMP.
-from experiments.benchmarks.common import Timing, table, verdict  # isort: skip
+from experiments.benchmarks.common import Timing, paired_ratio, table, verdict  # isort: skip
 
 import argparse
 import contextlib
@@ -34,18 +34,19 @@ import warnings
 
 import pytorch_lightning as pl
 import torch
+
 from lab.data import LMDataModule
 from lab.module import MTPLitModule
 from lab.objective import Progress, coefficients
 from lab.objective.memory import SavedTensorMeter
 
-MODEL = dict(vocab_size=259, d_model=128, n_layers=4, n_heads=4, mlp_ratio=4, rope_base=10000.0, norm_eps=1e-5,
-             tie_embeddings=True, init_std=0.02)
-HEAD = dict(name="ntp", k=1)
-REDUCTION = dict(policy="head_mean", count_scope="global", fixed_denominator=None)
-WEIGHTS = dict(name="uniform", lambdas=None)
-SCHEDULE = dict(name="sequential", chunk_rows=None)
-OPTIM = dict(lr=3e-3, betas=[0.9, 0.95], weight_decay=0.1, warmup_steps=30, min_lr_ratio=0.1, grad_clip=1.0)
+MODEL = {"vocab_size": 259, "d_model": 128, "n_layers": 4, "n_heads": 4, "mlp_ratio": 4, "rope_base": 10000.0,
+         "norm_eps": 1e-5, "tie_embeddings": True, "init_std": 0.02}
+HEAD = {"name": "ntp", "k": 1}
+REDUCTION = {"policy": "head_mean", "count_scope": "global", "fixed_denominator": None}
+WEIGHTS = {"name": "uniform", "lambdas": None}
+SCHEDULE = {"name": "sequential", "chunk_rows": None}
+OPTIM = {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1, "warmup_steps": 30, "min_lr_ratio": 0.1, "grad_clip": 1.0}
 
 
 def build_module(total_steps: int) -> MTPLitModule:
@@ -136,9 +137,9 @@ def main(argv=None) -> None:
     parser.add_argument("--block", type=int, default=None, help="steps per variant per round")
     parser.add_argument("--rounds", type=int, default=None, help="measured rounds (after warm-up)")
     args = parser.parse_args(argv)
-    block = args.block or (2 if args.quick else 10)
+    block = args.block or (1 if args.quick else 10)
     rounds = args.rounds or (1 if args.quick else 20)
-    warmup_rounds = 1 if args.quick else 2
+    warmup_rounds = 0 if args.quick else 2
     lightning_steps = block * (rounds + warmup_rounds)
 
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
@@ -163,13 +164,17 @@ def main(argv=None) -> None:
     start = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
     timings = {name: Timing(values) for name, values in bench.samples.items()}
-    base = timings["plain"].median
-    rows = [[name, len(t.samples), t.ms(), f"{t.median / base:.3f}"] for name, t in timings.items()]
-    print(table(["variant", "steps", "ms/step median [IQR]", "vs plain"], rows))
-    lightning, plain_t, metered = (timings[n].median for n in ("lightning", "plain", "plain+meter"))
-    print(f"lightning / plain       : {lightning / plain_t:.3f}  (goal <= 1.05: {verdict(lightning / plain_t <= 1.05)})")
-    print(f"plain+meter / plain     : {metered / plain_t:.3f}  (cost of SavedTensorMeter)")
-    print(f"lightning / plain+meter : {lightning / metered:.3f}  (Lightning alone, meter on both sides)")
+    plain_t = timings["plain"]
+    rows = [[name, len(t.samples), t.ms(), f"{t.median / plain_t.median:.3f}", paired_ratio(t, plain_t).describe()]
+            for name, t in timings.items()]
+    print(table(["variant", "steps", "ms/step median [IQR]", "vs plain", "paired vs plain [IQR]"], rows))
+    print("ratios of medians (the paired column: median of step-by-step ratios within a round):")
+    for a, b, what in (("lightning", "plain", "goal <= 1.05"), ("plain+meter", "plain", "cost of SavedTensorMeter"),
+                       ("lightning", "plain+meter", "Lightning alone, meter on both sides")):
+        value = timings[a].median / timings[b].median
+        paired = paired_ratio(timings[a], timings[b]).median
+        mark = f"  {verdict(value <= 1.05)}" if what.startswith("goal") else ""
+        print(f"  {a + ' / ' + b:24s}: {value:.3f}  (paired {paired:.3f})  {what}{mark}")
     print(f"total {time.perf_counter() - start:.0f} s")
 
 

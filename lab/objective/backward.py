@@ -48,7 +48,16 @@ def horizon_loss(rows, labels, horizon, norm_weight=None, weight=None):
     weight = horizon.weight if weight is None else weight
     logits = project(rows, norm_weight, horizon.norm.eps, weight)  # [N_k, V]
     loss_sum = F.cross_entropy(logits, labels, reduction="sum")
-    return loss_sum, (logits.detach().argmax(-1) == labels).sum()
+    return loss_sum, top1_hits(logits.detach(), labels).sum()
+
+
+def top1_hits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[N, V], [N] -> [N] bool: the label's logit is the maximum (ties count as hits).
+
+    amax + gather is several times cheaper than argmax on CPU at large V.
+    """
+    label_logit = logits.gather(-1, labels[:, None]).squeeze(-1)  # [N]
+    return label_logit >= logits.amax(-1)
 
 
 class JointSchedule:
@@ -134,7 +143,7 @@ def evaluate_horizons(horizons) -> HorizonStats:
     for horizon in horizons:
         rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
         logits = project(rows, horizon.norm.weight, horizon.norm.eps, horizon.weight)  # [N_k, V]
-        hit = logits.argmax(-1) == labels  # [N_k]
+        hit = top1_hits(logits, labels)  # [N_k]
         grid = torch.zeros_like(horizon.mask)  # [B, S-k]
         grid[horizon.mask] = hit
         sums.append(F.cross_entropy(logits, labels, reduction="sum")), hits.append(hit.sum()), counts.append(labels.numel())

@@ -1,8 +1,9 @@
 """Measured activation memory: peak bytes held by tensors saved for backward.
 
 `saved_tensors_hooks` sees every tensor autograd saves. Each distinct storage is counted
-once while any saved reference to it is alive; Parameters are not counted (they exist
-whatever the schedule). The peak over a step is what the backward schedule controls.
+once while any saved reference to it is alive; storages of Parameters (and of their views
+and detached aliases, which autograd saves for every linear layer) are not counted: they
+exist whatever the schedule. The peak over a step is what the backward schedule controls.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ class _Saved:
 
 
 class SavedTensorMeter:
-    def __init__(self):
+    def __init__(self, exclude=()):
+        self._excluded = {p.untyped_storage().data_ptr() for p in exclude}
         self.live_bytes = 0
         self.peak_bytes = 0
         self._refs: dict[int, int] = {}  # storage key -> number of live saved references
@@ -33,6 +35,8 @@ class SavedTensorMeter:
             return tensor
         storage = tensor.untyped_storage()
         key = storage.data_ptr()
+        if key in self._excluded:
+            return tensor
         if self._refs.get(key, 0) == 0:
             self._sizes[key] = storage.nbytes()
             self.live_bytes += self._sizes[key]

@@ -19,7 +19,8 @@ def check_group_overrides(argv: list[str], conf_dir: Path) -> None:
         if "=" not in arg or arg.startswith(("-", "+", "~", "hydra.")):
             continue
         key, value = arg.split("=", 1)
-        if "." in key or not (conf_dir / key).is_dir():
+        # hydra/launcher, hydra/sweeper, ...: options also come from installed Hydra plugins
+        if "." in key or key.startswith("hydra/") or not (conf_dir / key).is_dir():
             continue
         options = available_options(conf_dir, key)
         for choice in value.split(","):

@@ -14,6 +14,13 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
+from lab.checkpoint import (
+    build_manifest,
+    collect_rng_states,
+    restore_rng_states,
+    tokenizer_payload,
+    verify_restored,
+)
 from lab.errors import ConfigError
 from lab.model.heads import HeadConfig
 from lab.model.mtp import MTPModel
@@ -93,9 +100,14 @@ class MTPLitModule(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         optimizer = self.optimizers()
         optimizer.zero_grad(set_to_none=True)
-        with SavedTensorMeter() as meter:
+        with SavedTensorMeter(exclude=self.model.parameters()) as meter:
             horizons = self.model(batch)
             coeffs, counts, lambdas, scale = self.objective_coefficients(self.local_counts(horizons), batch)
+            # Diagnostics (GradDiagnostics) read this step's graph between forward and backward;
+            # they never write .grad, so the step is unchanged. Not counted by the meter.
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                for probe in getattr(self, "step_probes", ()):
+                    probe(self, batch, horizons, (coeffs * scale).to(torch.float32))
             root, stats = self.backward_schedule.run(horizons, (coeffs * scale).to(torch.float32))
             self.manual_backward(root)
         self.clip_gradients(optimizer, gradient_clip_val=self.hparams.optim.get("grad_clip"), gradient_clip_algorithm="norm")
@@ -155,7 +167,23 @@ class MTPLitModule(pl.LightningModule):
 
     # ---- checkpoint state ----------------------------------------------------------
     def on_save_checkpoint(self, checkpoint):
-        checkpoint["mtp_state"] = {"consumed_tokens": self.consumed_tokens}
+        # Everything here is plain data or tensors: checkpoints load with weights_only=True.
+        checkpoint["mtp_state"] = {"consumed_tokens": self.consumed_tokens, "rng": collect_rng_states()}
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        checkpoint["mtp_manifest"] = build_manifest(self, datamodule)
+        checkpoint["mtp_tokenizer"] = tokenizer_payload(datamodule)
 
     def on_load_checkpoint(self, checkpoint):
-        self.consumed_tokens = int(checkpoint.get("mtp_state", {}).get("consumed_tokens", 0))
+        state = checkpoint.get("mtp_state", {})
+        self.consumed_tokens = int(state.get("consumed_tokens", 0))
+        # Applied in on_train_start, once Lightning has built the data iterators, so the
+        # RNG streams continue exactly where the interrupted run left them.
+        self._pending_rng = state.get("rng")
+        self._loaded_aliases = (checkpoint.get("mtp_manifest") or {}).get("aliases")
+
+    def on_train_start(self):
+        if getattr(self, "_pending_rng", None) is not None:
+            restore_rng_states(self._pending_rng)
+            self._pending_rng = None
+        # Weights load in place before configure_optimizers binds the Parameters; check it held.
+        verify_restored(self, self.optimizers(use_pl_optimizer=False), getattr(self, "_loaded_aliases", None))

@@ -14,12 +14,16 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 # Checkpoints are written after the optimizer step on purpose (resume continues from there).
 warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
+# The training sampler resumes mid-epoch by the restored step (lab/data/sampler.py).
+warnings.filterwarnings("ignore", message=".*ended before the epoch ended and your dataloader is not resumable.*")
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from lab.checkpoint import build_manifest, validate_checkpoint  # noqa: E402
+from lab.checkpoint_io import SafeCheckpointIO  # noqa: E402
 from lab.config_checks import check_group_overrides, validate_config  # noqa: E402
 from lab.errors import ConfigError  # noqa: E402
 from lab.report.wandb_source import mark_wandb_run_failed  # noqa: E402
@@ -59,25 +63,48 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
 
 
 def run_manifest(cfg: DictConfig, module, datamodule) -> dict:
-    return {
-        "head": cfg.head.name,
-        "k": module.model.k,
-        "weights": OmegaConf.to_container(cfg.weights, resolve=True),
-        "reduction": cfg.reduction.policy,
-        "count_scope": cfg.reduction.count_scope,
-        "schedule": cfg.schedule.name,
-        "tokenizer": datamodule.tokenizer_identity,
-        "corpus_fingerprint": datamodule.corpus_fingerprint,
-    }
+    """The same manifest every checkpoint carries (lab/checkpoint.py)."""
+    return build_manifest(module, datamodule)
 
 
 def build_and_fit(cfg: DictConfig, record: RunRecord):
     datamodule, module = build(cfg, record)
+    ckpt_path = resolve_ckpt_path(cfg)
+    resume_step = None
+    if ckpt_path is not None:
+        # Refuse a damaged file or another experiment's checkpoint before the Trainer touches the run dir.
+        resume_step = int(validate_checkpoint(ckpt_path, build_manifest(module, datamodule), module)["global_step"])
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
-    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_ckpt_path(cfg))
+    if resume_step is not None:
+        keep_csv_history(loggers, resume_step)
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[SafeCheckpointIO()])
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    record.update(manifest=build_manifest(module, datamodule))  # with the final weight-schedule position
     return trainer
+
+
+def keep_csv_history(loggers: list, resume_step: int) -> None:
+    """CSVLogger deletes metrics.csv when it starts; a resumed run keeps the rows logged before its checkpoint."""
+    import csv
+
+    from lightning_fabric.utilities.rank_zero import rank_zero_only
+    from pytorch_lightning.loggers import CSVLogger
+
+    for logger in loggers:
+        path = Path(logger.log_dir) / "metrics.csv" if isinstance(logger, CSVLogger) else None
+        if path is None or rank_zero_only.rank != 0 or not path.is_file():
+            continue
+        with path.open(newline="") as file:
+            reader = csv.DictReader(file)
+            keys = sorted(reader.fieldnames or [])
+            rows = [row for row in reader if row.get("step", "").isdigit() and int(row["step"]) < resume_step]
+        writer = logger.experiment  # creating the writer removes the old file
+        with path.open("w", newline="") as file:
+            out = csv.DictWriter(file, fieldnames=keys)
+            out.writeheader()
+            out.writerows(rows)
+        writer.metrics_keys = keys  # its next save appends (or rewrites with a wider header)
 
 
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:

@@ -246,6 +246,24 @@ def fit_losses(diagnostics: bool, steps: int = 20):
     return recorder.losses, {n: p.detach().clone() for n, p in module.named_parameters()}, callbacks[1:]
 
 
+def test_in_step_measurement_equals_a_fresh_measurement_on_the_pre_step_weights():
+    pl.seed_everything(0, verbose=False)
+    module = build_module(dict(name="deepseek", k=3, depth=2))
+    loader = DataLoader(Rows(), batch_size=4)
+    reference = GradDiagnostics(every_n_steps=1)
+    reference.setup(None, module, "fit")
+    expected = reference.measure(module, next(iter(loader)), step=0).metrics
+    reference.teardown(None, module, "fit")
+    in_step = GradDiagnostics(every_n_steps=1)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, callbacks=[in_step],
+    )
+    trainer.fit(module, train_dataloaders=loader)
+    assert in_step.latest.step == 0 and in_step.latest.metrics == expected
+    assert module.step_probes == []  # teardown unregisters the probe
+
+
 def test_diagnostics_leave_the_training_trajectory_unchanged():
     losses_off, params_off, _ = fit_losses(False)
     losses_on, params_on, (every_step, every_third) = fit_losses(True)

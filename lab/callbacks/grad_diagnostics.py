@@ -1,9 +1,9 @@
 """Per-horizon gradient diagnostics: norms, K×K cosines, shared-parameter contributions.
 
-Every `every_n_steps` optimizer steps, before the step runs (`on_train_batch_start`), the
-callback takes the same batch and the same (pre-step) weights the step is about to use and
-computes, for every horizon k, the gradient of that horizon's term of the objective,
-c_k·S_k (the step's own coefficients: same reduction, λ schedule and count scope), in
+Every `every_n_steps` optimizer steps (steps 0, n, 2n, ...) the callback measures, for
+every horizon k, the gradient of that horizon's term of the objective, c_k·S_k (the step's
+own coefficients: same reduction, λ schedule and count scope), on the step's own batch and
+pre-step weights, in
 
 - `leaf` space: w.r.t. the trunk output hidden state [B, S, d] (what the heads consume);
 - named parameter groups: w.r.t. the Parameters matched by name patterns (below);
@@ -38,14 +38,21 @@ name of the shared unembedding Parameter (`trunk.embed.weight` when tied, else
 `trunk.unembed`). Every pattern must match at least one Parameter, or start-up fails with
 one `ConfigError` line (`setup`, before the first step).
 
-The training trajectory is untouched: the extra forward runs on the pre-step weights and
-`torch.autograd.grad` returns the gradients without writing any `.grad`; the model has no
-dropout, so no random number is drawn (tests check the RNG state, the `.grad` fields and the
-loss at every step). A temporary forward hook on the trunk swaps its output for a detached
-leaf, so each horizon's backward stops at the trunk output (cheap, head-sized), and the
-trunk-side parameter gradients come from one vector-Jacobian product per horizon through
-the trunk, which autograd prunes to the input-gradient path except where a requested
-Parameter sits.
+How, and why the training trajectory is untouched: the measurement runs *inside* the
+training step, on the step's own forward graph. `MTPLitModule.training_step` calls every
+callable in `pl_module.step_probes` after the forward and the coefficients, before the
+backward schedule; on a due step `on_train_batch_start` has hooked the trunk to remember its
+output. The probe recomputes each horizon's c_k·S_k from the attached rows and takes one
+`torch.autograd.grad(..., retain_graph=True)` per horizon w.r.t. the trunk output and the
+requested Parameters. `autograd.grad` returns gradients without writing any `.grad` and
+without running gradient-accumulation (or DDP) hooks; saved tensors are only read; the
+model has no dropout, so no random number is drawn. The step's own backward then runs on
+the same graph exactly as without the callback (tests: identical loss at every step, same
+final weights, unchanged RNG state and `.grad`). Reusing the step's forward saves the
+extra forward pass a separate measurement would cost (~0.3 step); autograd prunes each
+per-horizon backward to the input-gradient path, plus weight gradients where a requested
+Parameter sits. Cost: ~1.1 training steps per measurement for parallel K=4 (see
+`experiments/benchmarks/diagnostics_overhead.py`).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from dataclasses import dataclass, field
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 
 from lab.errors import ConfigError
 from lab.objective.backward import horizon_loss, supervised_rows
@@ -118,70 +126,52 @@ class HorizonGradients:
     counts: torch.Tensor | None = None  # [K] local valid rows
 
 
-class _TrunkLeaf:
-    """Forward hook: replace the trunk output by a detached leaf; remember both ends."""
+class TrunkCapture:
+    """Forward hook that remembers the trunk output [B, S, d] (attached to the graph)."""
 
     def __init__(self):
-        self.output = self.leaf = None
+        self.output = None
 
     def __call__(self, module, inputs, output):
-        self.output = output  # [B, S, d] attached to the trunk graph
-        self.leaf = output.detach().requires_grad_(True)  # [B, S, d] where the heads start
-        return self.leaf
+        self.output = output
 
 
-def per_horizon_gradients(model, batch: dict, coeffs, params: dict[str, torch.nn.Parameter], *, coefficient_fn=None) -> HorizonGradients:
-    """Gradients of each horizon's c_k·S_k at the trunk output and on `params`, without touching `.grad`.
+def horizon_gradients(horizons, hidden: torch.Tensor, coeffs, params: dict[str, torch.nn.Parameter]) -> HorizonGradients:
+    """Per-horizon gradients of c_k·S_k w.r.t. `hidden` (the trunk output) and `params`, on an existing graph.
 
-    `coeffs` is a [K] tensor (or None with `coefficient_fn(horizons) -> [K]`, to use the step's
-    own count-based coefficients). The model runs one extra forward; it must be
-    deterministic (no dropout) for the diagnostic to leave the RNG alone.
+    One `torch.autograd.grad` per horizon with `retain_graph=True`: nothing is written to
+    `.grad` and the graph stays usable for the step's own backward. autograd runs only the
+    paths to the requested tensors (input-gradient paths, plus weight gradients where a
+    requested Parameter sits). A horizon that does not reach a tensor (e.g. detached heads
+    and the trunk output) gets zeros.
     """
+    coeffs = torch.as_tensor(coeffs).detach()
+    names = list(params)
+    inputs = [hidden] + [params[n] for n in names]
+    leaf_grads, param_grads = [], {n: [] for n in names}
     with torch.enable_grad():
-        return _per_horizon_gradients(model, batch, coeffs, params, coefficient_fn)
+        for k, horizon in enumerate(horizons):
+            rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
+            loss_sum, _ = horizon_loss(rows, labels, horizon)
+            term = coeffs[k].to(loss_sum.dtype) * loss_sum
+            grads = torch.autograd.grad(term, inputs, retain_graph=True, allow_unused=True) if term.requires_grad else [None] * len(inputs)
+            leaf_grads.append(torch.zeros_like(hidden) if grads[0] is None else grads[0].detach())  # [B, S, d]
+            for n, g in zip(names, grads[1:]):
+                param_grads[n].append(torch.zeros_like(params[n]) if g is None else g.detach())
+    counts = torch.stack([h.mask.sum() for h in horizons])
+    return HorizonGradients(leaf_grads, param_grads, counts)
 
 
-def _per_horizon_gradients(model, batch, coeffs, params, coefficient_fn) -> HorizonGradients:
-    probe = _TrunkLeaf()
-    handle = model.trunk.register_forward_hook(probe)
+def per_horizon_gradients(model, batch: dict, coeffs, params: dict[str, torch.nn.Parameter]) -> HorizonGradients:
+    """`horizon_gradients` on a fresh forward of `model` (for tests and offline use)."""
+    capture = TrunkCapture()
+    handle = model.trunk.register_forward_hook(capture)
     try:
-        horizons = model(batch)
+        with torch.enable_grad():
+            horizons = model(batch)
     finally:
         handle.remove()
-    if coeffs is None:
-        coeffs = coefficient_fn(horizons)
-    coeffs = torch.as_tensor(coeffs).detach()
-    trunk_ids = {id(p) for p in model.trunk.parameters()}
-    names = list(params)
-    trunk_names = [n for n in names if id(params[n]) in trunk_ids]  # also reached through the trunk
-    leaf_grads, param_grads = [], {n: [] for n in names}
-    for k, horizon in enumerate(horizons):
-        rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
-        loss_sum, _ = horizon_loss(rows, labels, horizon)
-        term = coeffs[k].to(loss_sum.dtype) * loss_sum
-        inputs = [probe.leaf] + [params[n] for n in names]
-        grads = (
-            torch.autograd.grad(term, inputs, retain_graph=True, allow_unused=True)
-            if term.requires_grad
-            else [None] * len(inputs)
-        )
-        leaf = torch.zeros_like(probe.leaf) if grads[0] is None else grads[0]  # [B, S, d]
-        leaf_grads.append(leaf)
-        head_side = {n: g for n, g in zip(names, grads[1:])}
-        trunk_side = {}
-        if trunk_names and grads[0] is not None:
-            # vector-Jacobian product through the trunk: only the input-gradient path runs,
-            # plus the weight gradients of the requested trunk Parameters.
-            vjp = torch.autograd.grad(
-                probe.output, [params[n] for n in trunk_names], grad_outputs=leaf, retain_graph=True, allow_unused=True
-            )
-            trunk_side = dict(zip(trunk_names, vjp))
-        for n in names:
-            parts = [g for g in (head_side.get(n), trunk_side.get(n)) if g is not None]
-            total = parts[0] + parts[1] if len(parts) == 2 else (parts[0] if parts else torch.zeros_like(params[n]))
-            param_grads[n].append(total.detach())
-    counts = torch.stack([h.mask.sum() for h in horizons])
-    return HorizonGradients([g.detach() for g in leaf_grads], param_grads, counts)
+    return horizon_gradients(horizons, capture.output, coeffs, params)
 
 
 # ---- Gram matrices, norms, cosines ------------------------------------------------------
@@ -231,13 +221,26 @@ class Snapshot:
 
 # ---- the callback -----------------------------------------------------------------------
 class GradDiagnostics(pl.Callback):
-    """Per-horizon gradient norms and cosines every `every_n_steps` steps (see module docstring)."""
+    """Per-horizon gradient norms and cosines every `every_n_steps` steps (see module docstring).
+
+    In training it measures *inside* the step: on a due step, `on_train_batch_start` hooks
+    the trunk to remember its output, and `MTPLitModule.training_step` calls `probe` (listed
+    in `pl_module.step_probes`) between the forward and the backward schedule. The metrics
+    are logged straight to every logger in `on_train_batch_end`, at the step they describe
+    (Lightning's `log_every_n_steps` would drop sparse steps). `measure` does the same on a
+    fresh forward, for use outside a training loop.
+    """
 
     def __init__(self, every_n_steps: int = 50, groups: dict | None = None):
         self.every_n_steps = every_n_steps
         self.groups_config = groups
         self.groups: dict[str, list[tuple[str, torch.nn.Parameter]]] = {}
-        self.latest: Snapshot | None = None
+        self.latest: Snapshot | None = None  # the last measurement (read by ValidationFigures)
+        self._capture: TrunkCapture | None = None
+        self._handle = None
+        self._step: int | None = None
+        self._pending: Snapshot | None = None
+        self._warned = False
 
     # start-up checks: the callback is built by Hydra (which would wrap an exception raised in
     # __init__), so every check runs in `setup`, before sanity checking and the first step.
@@ -245,32 +248,81 @@ class GradDiagnostics(pl.Callback):
         if isinstance(self.every_n_steps, bool) or not isinstance(self.every_n_steps, int) or self.every_n_steps < 1:
             raise ConfigError(f"{FIELD}.every_n_steps", f"must be an integer ≥ 1, got {self.every_n_steps!r}")
         self.groups = resolve_groups(pl_module.model, self.groups_config)
+        probes = getattr(pl_module, "step_probes", None)
+        if probes is None:
+            probes = pl_module.step_probes = []
+        if self.probe not in probes:
+            probes.append(self.probe)
+
+    def teardown(self, trainer, pl_module, stage):
+        self._release()
+        probes = getattr(pl_module, "step_probes", [])
+        if self.probe in probes:
+            probes.remove(self.probe)
 
     def targets(self, model) -> dict[str, torch.nn.Parameter]:
         """Every Parameter any metric needs, by name (each once)."""
         shared = {parameter_name(model, p): p for p in (model.trunk.embed.weight, model.trunk.unembedding)}
         return {**{name: p for members in self.groups.values() for name, p in members}, **shared}
 
+    # ---- in-step measurement --------------------------------------------------------------
+    def is_due(self, trainer) -> bool:
+        return trainer.global_step % self.every_n_steps == 0
+
+    def _release(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+        self._handle = self._capture = None
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step % self.every_n_steps:
+        self._release()
+        self._pending, self._step = None, None
+        if self.is_due(trainer):
+            self._step = trainer.global_step
+            self._capture = TrunkCapture()
+            self._handle = pl_module.model.trunk.register_forward_hook(self._capture)
+
+    def probe(self, pl_module, batch, horizons, step_coeffs: torch.Tensor) -> None:
+        """Called by the training step after the forward, before any backward; reads the graph only."""
+        capture = self._capture
+        self._release()
+        if capture is None or capture.output is None:
             return
-        self.latest = self.measure(pl_module, batch, trainer.global_step)
-        for logger in trainer.loggers:  # direct: Lightning's log_every_n_steps would drop sparse steps
-            logger.log_metrics(self.latest.metrics, step=trainer.global_step)
+        self._pending = self.latest = self.summarise(pl_module, horizons, capture.output, step_coeffs, self._step)
 
-    def measure(self, pl_module, batch, step: int) -> Snapshot:
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._release()
+        if self._pending is not None:
+            for logger in trainer.loggers:
+                logger.log_metrics(self._pending.metrics, step=self._pending.step)
+        elif self._step is not None and not self._warned:
+            self._warned = True
+            rank_zero_warn("GradDiagnostics: the training step never called `step_probes`; nothing was measured")
+        self._pending, self._step = None, None
+
+    # ---- the computation ------------------------------------------------------------------
+    def measure(self, pl_module, batch, step: int = 0) -> Snapshot:
+        """The same measurement on a fresh forward of `batch` with the module's current weights."""
         model = pl_module.model
-        world = pl_module.world_size
+        capture = TrunkCapture()
+        handle = model.trunk.register_forward_hook(capture)
+        try:
+            with torch.enable_grad():
+                horizons = model(batch)
+        finally:
+            handle.remove()
+        coeffs, _, _, scale = pl_module.objective_coefficients(pl_module.local_counts(horizons), batch)
+        return self.summarise(pl_module, horizons, capture.output, (coeffs * scale).to(torch.float32), step)
 
-        def step_coefficients(horizons):
-            coeffs, _, _, scale = pl_module.objective_coefficients(pl_module.local_counts(horizons), batch)
-            return (coeffs * scale).to(torch.float32) / world  # Σ over ranks = what DDP's average applies
-
-        targets = self.targets(model)
-        result = per_horizon_gradients(model, batch, None, targets, coefficient_fn=step_coefficients)
+    def summarise(self, pl_module, horizons, hidden, step_coeffs: torch.Tensor, step: int) -> Snapshot:
+        """Per-horizon gradients -> norms, cosines, shares; `step_coeffs` as the step applies them on this rank."""
+        model = pl_module.model
+        coeffs = step_coeffs / pl_module.world_size  # summed over ranks = the gradient DDP's average applies
+        result = horizon_gradients(horizons, hidden, coeffs, self.targets(model))
         k = len(result.leaf)
         spaces = {"leaf": pl_module.all_reduce_sum(gram(result.leaf))}
         summed = {name: [pl_module.all_reduce_sum(g) for g in grads] for name, grads in result.params.items()}
+        del result
         for group, members in self.groups.items():
             spaces[group] = gram([torch.cat([summed[name][h].reshape(-1) for name, _ in members]) for h in range(k)])
         metrics, cosines = {}, {}

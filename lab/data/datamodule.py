@@ -33,6 +33,7 @@ from lab.data.packing import (
     tokenize_documents,
     unigram_entropy_bits,
 )
+from lab.data.sampler import ResumableSampler
 from lab.data.sources import LOCAL_SOURCES, SOURCES, Corpus, load_corpus, resolve_local_files
 from lab.data.tokenizers import ByteTokenizer, Tokenizer, build_tokenizer, check_tokenizer_config
 from lab.errors import require
@@ -174,19 +175,26 @@ class LMDataModule(pl.LightningDataModule):
         self.prepare()
 
     def train_dataloader(self) -> DataLoader:
-        # A fresh generator seeded from `seed`: the same order in every run.
-        generator = torch.Generator().manual_seed(self.config.seed)
-        return self._loader(self.train_rows, shuffle=True, generator=generator, drop_last=True)
+        # The order is a function of (seed, epoch); a resumed fit starts at the restored
+        # step (one batch per optimizer step), so it sees the batches the interrupted run would have.
+        sampler = ResumableSampler(self.train_rows, seed=self.config.seed, batch_size=self.config.batch_size)
+        sampler.resume_at(self.trainer.global_step if self.trainer is not None else 0)
+        return self._loader(self.train_rows, sampler=sampler, generator=self._worker_seeds(), drop_last=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_rows, shuffle=False, generator=None, drop_last=False)
+        return self._loader(self.val_rows, sampler=None, generator=self._worker_seeds(), drop_last=False)
 
-    def _loader(self, rows: PackedRows, *, shuffle, generator, drop_last) -> DataLoader:
+    def _worker_seeds(self) -> torch.Generator:
+        # A loader draws its worker seed from this generator, never from the global RNG, so a
+        # resumed run (Lightning skips the validation due at its checkpoint) keeps the RNG streams aligned.
+        return torch.Generator().manual_seed(self.config.seed)
+
+    def _loader(self, rows: PackedRows, *, sampler, generator, drop_last) -> DataLoader:
         workers = self.config.num_workers
         return DataLoader(
             rows,
             batch_size=self.config.batch_size,
-            shuffle=shuffle,
+            sampler=sampler,  # None: sequential (validation)
             generator=generator,
             drop_last=drop_last,
             num_workers=workers,

@@ -86,7 +86,7 @@ def val_loss_by_architecture(variants: list[Variant], path: Path) -> Path | None
         ax.set_ylim(max(0.0, low - 0.15 * (high - low + 1e-9) - 0.05), high + 0.1 * (high - low + 1e-9) + 0.02)
         ax.set_xticks(range(len(rows)), [short(v.label) for v in rows], rotation=30, ha="right")
         ax.set_ylabel("val next-token loss (nats)")
-        ax.set_title("Validation next-token loss by architecture and K (mean ± sd over seeds)")
+        ax.set_title("Validation next-token loss by architecture and K\n(mean ± sd over seeds)")
         handles, labels = ax.get_legend_handles_labels()
         unique = dict(zip(labels, handles))
         ax.legend(unique.values(), unique.keys())
@@ -187,7 +187,7 @@ def grad_cosine_heatmaps(variants: list[Variant], path: Path) -> Path | None:
             for i in range(k):
                 for j in range(k):
                     if np.isfinite(matrix[i, j]):
-                        ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
+                        ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7, color="white" if abs(matrix[i, j]) > 0.6 else "black")
             ax.set_title(short(f"{label} [{space or 'all'}]", 40), fontsize=8)
             fig.colorbar(image, ax=ax, shrink=0.8)
         for index in range(len(panels), nrows * ncols):
@@ -241,7 +241,7 @@ def logit_memory_by_schedule(variants: list[Variant], path: Path) -> Path | None
         ax.invert_yaxis()
         ax.set_xlabel("MiB (median over steps)")
         ax.set_title("Logit memory by backward schedule")
-        ax.legend(loc="lower right")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
         return save_png(fig, path)
 
 

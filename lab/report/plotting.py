@@ -13,7 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg", force=False)
 
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402 (after matplotlib.use)
 
 DPI = 100
 PNG_METADATA = {"Software": None}

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from lab.report.figures import order_key
 from lab.report.records import Sweep
-from lab.report.table import Variant, mean_spread, seed_count, steps_done, sweep_dimensions
+from lab.report.table import (
+    Variant,
+    mean_spread,
+    seed_count,
+    steps_done,
+    sweep_dimensions,
+)
 
 
 def fmt(value, digits: int = 4) -> str:
@@ -27,7 +33,7 @@ def horizon_columns(variants: list[Variant]) -> int:
 def summary_lines(sweep: Sweep, variants: list[Variant]) -> list[str]:
     records = sweep.records
     times = [r["run_time_s"] for r in records if r["run_time_s"] is not None]
-    dims = [d for d in sweep_dimensions(records)]
+    dims = sweep_dimensions(records)
     lines = [
         f"- source: `{sweep.source}`",
         f"- jobs: {len(records)} ({len(sweep.completed)} ok, {len(sweep.failed)} failed)",
@@ -37,6 +43,12 @@ def summary_lines(sweep: Sweep, variants: list[Variant]) -> list[str]:
     if times:
         lines.append(f"- summed job run time: {sum(times):.1f} s")
     return lines
+
+
+def shown_overrides(record: dict, dims: list[str]) -> str:
+    """The overrides that tell this job apart from the others (all of them when none differ)."""
+    shown = [o for o in record["overrides"] if o.partition("=")[0] in dims] or record["overrides"]
+    return " ".join(shown) or record["name"]
 
 
 def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
@@ -66,19 +78,19 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
         if accs:
             out.append("Top-1 accuracy at the farthest horizon: " + "; ".join(accs) + ".")
     if sweep.failed:
-        out.append(f"{len(sweep.failed)} job(s) failed: " + "; ".join(f"job {r['job']} ({' '.join(r['overrides']) or r['name']}): {r['error']}" for r in sweep.failed) + ".")
+        dims = sweep_dimensions(sweep.records)
+        out.append(f"{len(sweep.failed)} job(s) failed: " + "; ".join(f"job {r['job']} ({shown_overrides(r, dims)}): {r['error']}" for r in sweep.failed) + ".")
     return out
 
 
 def run_table(sweep: Sweep, variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
     max_k = horizon_columns(variants)
     dims = sweep_dimensions(sweep.records)
-    header = ["job", "overrides", "status", "val/loss", "val/bpb", *[f"val/loss/h{k}" for k in range(1, max_k + 1)], "steps", "run time (s)", "failure reason"]
+    header = ["job", "overrides", "status", "val/loss", "val/bpb", *[f"val/loss/h{k}" for k in range(1, max_k + 1)], "steps logged", "run time (s)", "failure reason"]
     rows = []
     for r in sweep.records:
-        shown = [o for o in r["overrides"] if o.partition("=")[0] in dims] or r["overrides"]
         rows.append([
-            fmt(r["job"]), " ".join(shown), r["status"], fmt(r["final"].get("val/loss")), fmt(r["final"].get("val/bpb")),
+            fmt(r["job"]), shown_overrides(r, dims), r["status"], fmt(r["final"].get("val/loss")), fmt(r["final"].get("val/bpb")),
             *[fmt(r["final"].get(f"val/loss/h{k}")) for k in range(1, max_k + 1)],
             fmt(steps_done(r)), fmt(r["run_time_s"], 1), r["error"] or "",
         ])
@@ -121,7 +133,7 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[tuple[str, str
     lines += ["", "## Figures", ""]
     for name, caption, path in figures:
         if path is None:
-            lines.append(f"- {caption}: not drawn (no such metric in this sweep)")
+            lines += [f"- {caption}: not drawn (no such metric in this sweep)", ""]
         else:
             lines += [f"### {caption}", "", f"![{caption}]({figures_rel}/{name})", ""]
     lines += ["", "All numbers come from `runs.csv` (final metrics of each job); rebuild with `lab-report <sweep dir>`.", ""]

@@ -13,7 +13,7 @@ from lab.report.records import RECORD_FIELDS, finite, override_items
 
 SEED_KEYS = ("seed", "+seed", "++seed")
 HORIZON_METRIC = re.compile(r"^(?P<base>.+)/h(?P<k>\d+)$")
-BASE_COLUMNS = ("job", "run_dir", "overrides", "status", "error", "run_time_s", *RECORD_FIELDS, "steps")
+BASE_COLUMNS = ("job", "run_dir", "overrides", "status", "error", "run_time_s", *RECORD_FIELDS, "steps_logged")
 
 
 def metric_sort_key(name: str):

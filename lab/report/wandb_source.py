@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from lab.report.records import ReportError, Sweep, sweep_from_wandb_runs
 
-HISTORY_KEYS_PREFIXES = ("train/", "val/", "grad/", "mem/")
-
 
 def plain_run(run, history_samples: int = 2000) -> dict:
     """A `wandb.apis.public.Run` → the plain dict `record_from_wandb` reads."""

@@ -1,0 +1,212 @@
+"""`lab-export CKPT --out DIR`: a next-token-only release of a trained MTP checkpoint.
+
+Horizon 1 needs the trunk, the head blocks on its path, the final norm and its
+unembedding; every other head weight serves extra horizons only. The release folds the
+horizon-1 head blocks into a plain `ntp` model (they run right after the trunk blocks,
+on the same rows and attention mask), so it loads as an ordinary next-token GPT:
+
+    DIR/model.safetensors   the tensors
+    DIR/config.json         model and head config of the release, tokenizer identity, parent manifest
+    DIR/tokenizer.json      the trained BPE (a byte tokenizer is fully named by config.json)
+    DIR/release.json        removed auxiliary keys, renamed keys, the parent checkpoint's sha256
+
+`--keep-heads` keeps every horizon unchanged (drafting heads for speculative decoding).
+The export compares the release's next-token logits with the full model's before it
+writes anything; `load_release(DIR)` builds the model back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from lab.checkpoint import check_state_aliases, load_checkpoint, plain
+from lab.errors import ConfigError
+from lab.model.heads import HeadConfig
+from lab.model.mtp import MTPModel
+from lab.model.trunk import ModelConfig
+
+RELEASE_FORMAT = 1
+# Head block stacks that horizon 1 runs after the trunk, in order (see each head's forward).
+NEXT_TOKEN_STACKS = {
+    "ntp": lambda head: [],
+    "linear": lambda head: [],
+    "deepseek": lambda head: [],  # horizon 1 is the trunk itself
+    "parallel": lambda head: [0],
+    "causal": lambda head: [0],
+    "anticausal": lambda head: list(range(head.k - 1, -1, -1)),  # f_1 ∘ … ∘ f_K: stack K runs first
+}
+
+
+# ------------------------------------------------------------------------ the model
+
+
+def model_from_checkpoint(checkpoint: dict) -> MTPModel:
+    """The full MTP model a lab-train checkpoint describes, with its weights."""
+    manifest = checkpoint.get("mtp_manifest")
+    if not isinstance(manifest, dict):
+        raise ConfigError("checkpoint", "has no MTP manifest (not written by lab-train)")
+    model = MTPModel(ModelConfig(**manifest["model"]), HeadConfig(**manifest["head_config"]))
+    check_state_aliases(checkpoint["state_dict"], manifest["aliases"])
+    state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items()}
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        raise ConfigError("checkpoint", f"weights do not fit the manifest's model: {str(error).splitlines()[0]}") from None
+    return model.eval()
+
+
+def next_token_plan(model: MTPModel) -> tuple[dict, dict, dict[str, str]]:
+    """(model config, head config, release key → source key) of the next-token-only release."""
+    name = model.head_cfg.name
+    if name not in NEXT_TOKEN_STACKS:
+        raise ConfigError("checkpoint", f"head '{name}' has no next-token export plan; known: {', '.join(NEXT_TOKEN_STACKS)}")
+    keys = list(model.state_dict())
+    key_map = {key: key for key in keys if key.startswith("trunk.")}
+    layer = len(model.trunk.blocks)
+    for stack in NEXT_TOKEN_STACKS[name](model.head):
+        for block in range(len(model.head.stacks[stack].blocks)):
+            prefix = f"head.stacks.{stack}.blocks.{block}."
+            key_map.update({f"trunk.blocks.{layer}.{key[len(prefix):]}": key for key in keys if key.startswith(prefix)})
+            layer += 1
+    model_cfg, head_cfg = {**plain(model.model_cfg), "n_layers": layer}, {"name": "ntp", "k": 1}
+    if model.head.projections is not None:  # replicated unembedding: horizon 1 projects with its own
+        key_map["trunk.unembed"] = "head.projections.0"
+        model_cfg["tie_embeddings"] = False
+    if getattr(model.head, "maps", None) is not None:  # a d×d map before the shared norm is no block: keep it as K = 1
+        head_cfg = {"name": "linear", "k": 1, "compute_matched": False}
+        key_map["head.maps.0.weight"] = "head.maps.0.weight"
+    return model_cfg, head_cfg, key_map
+
+
+def build_release_model(model_cfg: dict, head_cfg: dict) -> MTPModel:
+    return MTPModel(ModelConfig(**model_cfg), HeadConfig(**head_cfg))
+
+
+def probe_batch(vocab_size: int, seq_len: int = 24) -> dict:
+    """Two packed rows (three documents and some padding) for the export's own logits check."""
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, vocab_size, (2, seq_len), generator=g)
+    cut, pad = seq_len // 3, seq_len - 4
+    segments = torch.tensor([[0] * cut + [1] * (seq_len - cut), [0] * pad + [-1] * (seq_len - pad)])
+    positions = torch.stack([torch.cat([torch.arange(cut), torch.arange(seq_len - cut)]), torch.arange(seq_len)])
+    return {"tokens": tokens, "active": segments >= 0, "segment_ids": segments, "position_ids": positions}
+
+
+def check_release_logits(full: MTPModel, release: MTPModel) -> None:
+    batch = probe_batch(full.model_cfg.vocab_size)
+    expected, got = full.next_token_logits(batch), release.next_token_logits(batch)
+    scale = expected.abs().max().item()
+    if got.shape != expected.shape or (got - expected).abs().max().item() > 1e-5 * scale + 1e-7:
+        raise RuntimeError("export: the release's next-token logits differ from the full model's")
+
+
+# ---------------------------------------------------------------------- the release
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def export(ckpt: str | os.PathLike, out: str | os.PathLike, keep_heads: bool = False) -> dict:
+    """Write the release folder `out` (all or nothing); returns release.json's content."""
+    ckpt, out = Path(ckpt), Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError("--out", f"{out} exists and is not an empty folder; choose a new one")
+    checkpoint = load_checkpoint(ckpt)
+    full = model_from_checkpoint(checkpoint)
+    state = full.state_dict()
+    if keep_heads:
+        model_cfg, head_cfg, key_map = plain(full.model_cfg), plain(full.head_cfg), {key: key for key in state}
+    else:
+        model_cfg, head_cfg, key_map = next_token_plan(full)
+    tensors = {key: state[source].detach().clone().contiguous() for key, source in key_map.items()}
+    release = build_release_model(model_cfg, head_cfg)
+    release.load_state_dict(tensors, strict=True)
+    check_release_logits(full, release.eval())
+
+    tokenizer = checkpoint.get("mtp_tokenizer") or {}
+    identity = tokenizer.get("identity") or checkpoint["mtp_manifest"]["tokenizer"]
+    record = {
+        "format": RELEASE_FORMAT,
+        "parent_checkpoint": str(ckpt.resolve()),
+        "parent_sha256": sha256_file(ckpt),
+        "keep_heads": keep_heads,
+        "source_head": checkpoint["mtp_manifest"]["head"],
+        "source_k": checkpoint["mtp_manifest"]["k"],
+        # Named as in the parent checkpoint's state_dict (and its manifest's horizon map).
+        "removed_keys": sorted(f"model.{key}" for key in set(state) - set(key_map.values())),
+        "renamed_keys": {key: f"model.{source}" for key, source in key_map.items() if key != source},
+    }
+    config = {"format": RELEASE_FORMAT, "model": model_cfg, "head": head_cfg, "tokenizer": identity, "parent_manifest": checkpoint["mtp_manifest"]}
+    write_release(out, tensors, config, record, tokenizer.get("json"))
+    return record
+
+
+def write_release(out: Path, tensors: dict, config: dict, record: dict, tokenizer_json: str | None) -> None:
+    """Fill a temp folder next to `out`, then rename it: a crash leaves no half release."""
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        (tmp / "release.json").write_text(json.dumps(record, indent=2, sort_keys=True))
+        if tokenizer_json is not None:
+            (tmp / "tokenizer.json").write_text(tokenizer_json)
+        os.replace(tmp, out)  # an empty `out` folder is replaced too
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_release(folder: str | os.PathLike) -> MTPModel:
+    """The released model (a next-token `ntp`/`linear` K = 1 model, or the full one with --keep-heads), in eval mode."""
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text())
+    model = build_release_model(config["model"], config["head"])
+    model.load_state_dict(load_file(folder / "model.safetensors"), strict=True)
+    return model.eval()
+
+
+def load_release_tokenizer(folder: str | os.PathLike):
+    from lab.data.tokenizers import BPETokenizer, ByteTokenizer
+
+    folder = Path(folder)
+    identity = json.loads((folder / "config.json").read_text())["tokenizer"]
+    if identity["kind"] == "byte":
+        return ByteTokenizer()
+    tokenizer = BPETokenizer.from_file(folder / "tokenizer.json", identity["vocab_size"])
+    if tokenizer.identity != identity:
+        raise ConfigError("tokenizer", f"{folder / 'tokenizer.json'} does not match the identity in config.json")
+    return tokenizer
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="lab-export", description="Write a next-token-only release of a lab-train checkpoint.")
+    parser.add_argument("ckpt", help="checkpoint file (e.g. <run dir>/checkpoints/last.ckpt)")
+    parser.add_argument("--out", required=True, help="release folder to create (must not exist or be empty)")
+    parser.add_argument("--keep-heads", action="store_true", help="keep the auxiliary MTP heads (speculative decoding)")
+    args = parser.parse_args(argv)
+    try:
+        record = export(args.ckpt, args.out, keep_heads=args.keep_heads)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    print(f"release: {args.out} ({len(record['removed_keys'])} auxiliary keys removed, parent sha256 {record['parent_sha256'][:12]})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""Sweep report on stored run data (synthetic job directories and fake wandb runs; no training)."""
+
+import csv
+import hashlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.report.build import build_report, build_sweep_report
+from lab.report.records import (
+    ReportError,
+    collect_sweep,
+    record_from_wandb,
+    sweep_from_wandb_runs,
+)
+from lab.report.table import sweep_dimensions, variants
+
+HEADS = {"ntp": 1, "parallel": 4, "deepseek": 4}
+
+
+def fake_job(sweep: Path, job: int, head: str, seed: int, status: str = "ok", error: str | None = None, shift: float = 0.0) -> Path:
+    """A job directory as `lab-train -m` leaves it: .hydra/, metrics.csv, run.json."""
+    k = HEADS[head]
+    run_dir = sweep / f"{job}-{head}-k{k}"
+    (run_dir / ".hydra").mkdir(parents=True)
+    overrides = [f"head={head}", f"seed={seed}", "trainer.max_steps=20"]
+    (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (run_dir / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    num: {job}\n")
+    base = 3.0 + 0.1 * list(HEADS).index(head) + shift + 0.01 * seed
+    names = [f"train/loss/h{h}" for h in range(1, k + 1)] + [f"train/weight_eff/h{h}" for h in range(1, k + 1)]
+    names += ["mem/logits_live_bytes", "mem/saved_peak_bytes", "train/tokens_per_s", "train/lambda/h2" if k > 1 else "train/loss"]
+    names += [f"grad/cos/leaf/h{i}_h{j}" for i in range(1, k + 1) for j in range(i + 1, k + 1)]
+    val_names = ["val/loss", "val/bpb"] + [f"val/{m}/h{h}" for m in ("loss", "acc", "chain_acc") for h in range(1, k + 1)]
+    last_step = 19 if status == "ok" else 7
+    with (run_dir / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["epoch", "step", *names, *val_names])
+        writer.writeheader()
+        for step in range(last_step + 1):
+            row = {"epoch": 0, "step": step}
+            for name in names:
+                h = int(name.rsplit("h", 1)[-1].split("_")[0]) if "/h" in name else 1
+                row[name] = {"mem": 1000.0 * k, "trai": base + h * 0.3 + 1.0 / (step + 1), "grad": 0.1 * h}.get(name[:4], base + 1.0 / (step + 1))
+            writer.writerow(row)
+            if step in (9, 19) and status == "ok":
+                writer.writerow({"epoch": 0, "step": step, **{n: final_value(n, base) for n in val_names}})
+    final = {n: final_value(n, base) for n in val_names} if status == "ok" else {}
+    payload = {
+        "status": status, "error": error, "overrides": overrides, "final_metrics": final, "run_time_s": 10.0 + job,
+        "manifest": {"head": head, "k": k, "reduction": "head_mean", "weights": {"name": "uniform"}, "schedule": "sequential"},
+        "config": {"seed": seed, "sweep_name": "fake_sweep"}, "parameters": {"trunk_layers": 3},
+    }
+    (run_dir / "run.json").write_text(json.dumps(payload))
+    return run_dir
+
+
+def final_value(name: str, base: float) -> float:
+    h = int(name.rsplit("h", 1)[-1]) if "/h" in name else 1
+    if "/acc" in name:
+        return round(0.5 / h, 6)
+    return round(base + 0.3 * (h - 1), 6)
+
+
+@pytest.fixture
+def fake_sweep(tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    job = 0
+    for head in HEADS:
+        for seed in range(3):
+            fake_job(sweep, job, head, seed)
+            job += 1
+    fake_job(sweep, job, "parallel", 3, status="failed", error="FloatingPointError: non-finite loss at step 7")
+    return sweep
+
+
+def digests(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_report_files_rows_and_failure(fake_sweep):
+    report = build_sweep_report(fake_sweep)
+    rows = list(csv.DictReader((fake_sweep / "runs.csv").open()))
+    assert len(rows) == 10 and report.n_ok == 9 and report.n_failed == 1
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["error"] == "FloatingPointError: non-finite loss at step 7"
+    assert failed[0]["steps_logged"] == "8" and failed[0]["val/loss"] == ""
+    ok = next(r for r in rows if r["head"] == "parallel")
+    assert float(ok["val/loss/h4"]) == pytest.approx(final_value("val/loss/h4", 3.1))
+    assert ok["overrides"] == "head=parallel seed=0 trainer.max_steps=20" and float(ok["run_time_s"]) > 0
+    names = {p.name for p in report.figures}
+    assert names == {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "grad_cosine.png",
+                     "effective_weights.png", "logit_memory.png"}
+    md = (fake_sweep / "report.md").read_text()
+    assert "non-finite loss at step 7" in md and "**failed**" in md
+    page = (fake_sweep / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 6 and "<link" not in page and "src=\"http" not in page
+
+
+def test_seeds_aggregate_as_mean_and_spread(fake_sweep):
+    sweep = collect_sweep(fake_sweep)
+    assert sweep_dimensions(sweep.records) == ["head", "seed"]
+    groups = {v.label: v for v in variants(sweep.records)}
+    assert set(groups) == {"head=ntp", "head=parallel", "head=deepseek"}
+    parallel = groups["head=parallel"]
+    assert len(parallel.records) == 4 and len(parallel.ok) == 3
+    mean, spread, n = parallel.stat("val/loss")
+    expected = [3.1 + 0.01 * s for s in range(3)]
+    assert n == 3 and mean == pytest.approx(sum(expected) / 3) and spread == pytest.approx(0.01)
+    build_report(sweep, fake_sweep)
+    md = (fake_sweep / "report.md").read_text()
+    assert f"{mean:.4f} ± {spread:.4f}" in md and "3 / 4" in md
+
+
+def test_rebuild_is_idempotent_byte_for_byte(fake_sweep):
+    build_sweep_report(fake_sweep)
+    first = digests(fake_sweep)
+    build_sweep_report(fake_sweep)
+    assert digests(fake_sweep) == first
+
+
+def test_analysis_figures_are_deterministic(fake_sweep, tmp_path):
+    runs = [subprocess.run([sys.executable, "-m", "analysis.figures", str(fake_sweep), "--out", str(tmp_path / f"out{i}")],
+                           capture_output=True, text=True, timeout=120) for i in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
+    first, second = digests(tmp_path / "out0"), digests(tmp_path / "out1")
+    assert first == second
+    assert {"table_s4_architectures.png", "table_s5_step_time.png", "fig2_memory.png", "medusa_head_accuracy.png",
+            "deepseek_lambda_effect.png"} <= set(first)
+
+
+def wandb_run(head: str, seed: int, state: str = "finished", **summary) -> dict:
+    k = HEADS[head]
+    base = 3.0 + 0.1 * list(HEADS).index(head) + 0.01 * seed
+    final = {f"val/loss/h{h}": final_value(f"val/loss/h{h}", base) for h in range(1, k + 1)}
+    final["val/loss"] = final["val/loss/h1"]
+    return {
+        "id": f"id-{head}-{seed}", "name": f"{head}-k{k}", "state": state, "group": "g", "job_type": head,
+        "created_at": f"2026-01-01T00:00:{seed:02d}",
+        "config": {"head": {"name": head, "k": k if head != "deepseek" else None, "depth": 3 if head == "deepseek" else None},
+                   "reduction": {"policy": "head_mean"}, "weights": {"name": "uniform"}, "schedule": {"name": "sequential"},
+                   "seed": seed},
+        "summary": {**final, "_runtime": 12.5, **summary},
+        "history": [{"_step": 0, "trainer/global_step": step, f"train/loss/h{h}": base + 1 / (step + 1)} for step in range(5) for h in range(1, k + 1)],
+    }
+
+
+def test_wandb_runs_convert_to_the_same_records(tmp_path):
+    runs = [wandb_run(head, seed) for head in HEADS for seed in range(2)]
+    runs.append(wandb_run("parallel", 2, state="failed", status="failed", error="FloatingPointError: non-finite loss at step 3"))
+    runs.append({**wandb_run("ntp", 9), "job_type": "report"})  # the sweep's own report run is left out
+    sweep = sweep_from_wandb_runs(runs, source="wandb:e/p/g", name="g")
+    assert len(sweep.records) == 7 and len(sweep.failed) == 1
+    deepseek = next(r for r in sweep.records if r["head"] == "deepseek")
+    assert deepseek["k"] == 4 and deepseek["overrides"] == ["head=deepseek", "head.k=4", "reduction=head_mean", "weights=uniform",
+                                                            "schedule=sequential", "seed=0"]
+    assert deepseek["status"] == "ok" and deepseek["run_time_s"] == 12.5
+    assert deepseek["final"]["val/loss/h4"] == pytest.approx(final_value("val/loss/h4", 3.2))
+    assert [s for s, _ in deepseek["history"]["train/loss/h1"]] == [0, 1, 2, 3, 4]
+    failed = sweep.failed[0]
+    assert failed["error"] == "FloatingPointError: non-finite loss at step 3" and failed["final"] == {}
+    groups = {v.label: v for v in variants(sweep.records)}
+    assert groups["head=parallel head.k=4"].stat("val/loss")[2] == 2
+    report = build_report(sweep, tmp_path / "wandb_report")
+    assert report.n_ok == 6 and (tmp_path / "wandb_report" / "report.html").exists()
+    crashed = record_from_wandb({**wandb_run("ntp", 0), "state": "crashed"}, 0)
+    assert crashed["status"] == "failed" and "crashed" in crashed["error"]
+    logged = record_from_wandb({**wandb_run("ntp", 0), "config": {**wandb_run("ntp", 0)["config"], "overrides": ["head=ntp", "seed=0"]}}, 0)
+    assert logged["overrides"] == ["head=ntp", "seed=0"]
+
+
+def lab_report(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lab.report.cli", *args], check=False, capture_output=True, text=True, timeout=120)
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def test_lab_report_bad_input(tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("x")
+    assert "not a sweep directory" in one_error_line(lab_report(str(plain)))
+    assert "no such directory" in one_error_line(lab_report(str(tmp_path / "missing")))
+    dead = tmp_path / "dead"
+    dead.mkdir()
+    (dead / "multirun.yaml").write_text("hydra: {}\n")
+    assert "no completed runs (the sweep has no jobs)" in one_error_line(lab_report(str(dead)))
+    fake_job(dead, 0, "ntp", 0, status="failed", error="ValueError: Invalid learning rate: -1")
+    fake_job(dead, 1, "ntp", 1, status="failed", error="FloatingPointError: non-finite loss at step 2")
+    line = one_error_line(lab_report(str(dead)))
+    assert "no completed runs (2 failed" in line and "Invalid learning rate" in line
+    assert not (dead / "runs.csv").exists() and not (dead / "report.md").exists()  # nothing half-written
+    assert "--group" in one_error_line(lab_report("--wandb", "entity/project"))
+    with pytest.raises(ReportError):
+        collect_sweep(plain)
+
+
+def test_lab_report_cli_rebuilds(fake_sweep):
+    result = lab_report(str(fake_sweep))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "9 ok, 1 failed" in result.stdout
+    assert not math.isnan(float(next(csv.DictReader((fake_sweep / "runs.csv").open()))["val/loss"]))

@@ -1,0 +1,171 @@
+"""Real multiruns through the `lab-train` CLI: report at the end, failed jobs, joblib, wandb runs, DDP jobs."""
+
+import csv
+import hashlib
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from lab.config_checks import check_group_overrides, validate_config
+from lab.errors import ConfigError
+from lab.module import MTPLitModule
+from lab.train import CONF_DIR
+from tests.cli import TINY, lab_train, read_run
+
+FIGURES = {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "effective_weights.png", "logit_memory.png"}
+EXPERIMENTS = ("quick_ablation", "head_ablation", "reduction_ablation", "weight_ablation", "deepseek_depth", "memory")
+
+
+def runs_csv(sweep: Path) -> list[dict]:
+    return list(csv.DictReader((sweep / "runs.csv").open()))
+
+
+def assert_report(sweep: Path, n_rows: int) -> list[dict]:
+    rows = runs_csv(sweep)
+    assert len(rows) == n_rows
+    for name in ("report.md", "report.html"):
+        assert (sweep / name).stat().st_size > 0
+    assert FIGURES <= {p.name for p in (sweep / "figures").glob("*.png")}
+    return rows
+
+
+def digests(paths) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(paths)}
+
+
+@pytest.fixture(scope="module")
+def joblib_sweep(tmp_path_factory, cache_dir):
+    """3 tiny jobs in parallel (joblib, 2 workers), all expected to succeed."""
+    root = tmp_path_factory.mktemp("joblib")
+    sweep = root / "sweep"
+    result = lab_train(
+        "-m", *TINY, "head=ntp,parallel,deepseek", "sweep_name=joblib_test", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep}", cache_dir=cache_dir, cwd=root,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return sweep
+
+
+@pytest.fixture(scope="module")
+def failing_sweep(tmp_path_factory, cache_dir):
+    """Basic launcher, 3 jobs: a normal one, one whose loss diverges (lr 1e30), one that crashes in fit (lr < 0)."""
+    root = tmp_path_factory.mktemp("failing")
+    sweep = root / "sweep"
+    result = lab_train("-m", *TINY, "head=parallel", "optim.lr=3e-3,1e30,-1", f"hydra.sweep.dir={sweep}", cache_dir=cache_dir, cwd=root)
+    return sweep, result
+
+
+def test_joblib_multirun_writes_report(joblib_sweep):
+    rows = assert_report(joblib_sweep, 3)
+    assert [r["head"] for r in rows] == ["ntp", "parallel", "deepseek"] and {r["status"] for r in rows} == {"ok"}
+    assert rows[1]["val/loss/h4"] and rows[2]["val/loss/h2"] and float(rows[0]["run_time_s"]) > 0
+
+
+def test_failed_jobs_are_recorded_and_the_sweep_completes(failing_sweep):
+    sweep, result = failing_sweep
+    assert result.returncode == 1, result.stderr[-3000:]  # the sweep ran to the end, report written, failures signalled
+    assert "error: sweep: 2 of 3 jobs failed" in result.stderr
+    rows = assert_report(sweep, 3)
+    assert [r["status"] for r in rows] == ["ok", "failed", "failed"]
+    assert rows[0]["error"] == "" and float(rows[0]["val/loss"]) > 0
+    assert rows[1]["error"].startswith("FloatingPointError: non-finite loss at step ")
+    assert rows[2]["error"] == "ValueError: Invalid learning rate: -1"
+    ok_dir = sweep / rows[0]["run_dir"]
+    assert read_run(ok_dir)["status"] == "ok" and (ok_dir / "checkpoints" / "last.ckpt").exists()
+    nan_run = read_run(sweep / rows[1]["run_dir"])
+    assert nan_run["status"] == "failed" and nan_run["error"] == rows[1]["error"]
+    md = (sweep / "report.md").read_text()
+    assert "non-finite loss at step" in md and "Invalid learning rate: -1" in md and "1 ok, 2 failed" in md
+    assert "Traceback" not in result.stderr
+
+
+def test_lab_report_rebuild_is_idempotent_and_figures_deterministic(joblib_sweep, tmp_path):
+    files = [joblib_sweep / n for n in ("runs.csv", "report.md", "report.html")] + sorted((joblib_sweep / "figures").glob("*.png"))
+    before = digests(files)
+    result = subprocess.run(["lab-report", str(joblib_sweep)], check=False, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert digests(files) == before
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"paper{i}"
+        run = subprocess.run([sys.executable, "-m", "analysis.figures", str(joblib_sweep), "--out", str(out)], check=False, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outs.append(digests(out.glob("*.png")))
+    assert outs[0] == outs[1] and {"table_s4_architectures.png", "medusa_head_accuracy.png", "deepseek_lambda_effect.png"} <= set(outs[0])
+
+
+def wandb_run_info(run_dir: Path) -> dict:
+    """The run record of the offline wandb run under run_dir, read back with `wandb leet inspect`."""
+    runs = sorted(run_dir.glob("wandb/offline-run-*"))
+    assert len(runs) == 1, runs
+    out = subprocess.run(["wandb", "leet", "inspect", "--json", str(runs[0])], check=False, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return next(r for r in records if r.get("type") == "run")["run"]
+
+
+def test_each_job_is_its_own_wandb_run(joblib_sweep):
+    infos = [wandb_run_info(joblib_sweep / r["run_dir"]) for r in runs_csv(joblib_sweep)]
+    assert len({info["run_id"] for info in infos}) == 3
+    assert [info["run_group"] for info in infos] == ["joblib_test"] * 3
+    assert [info["job_type"] for info in infos] == ["ntp", "parallel", "deepseek"]
+    report_run = wandb_run_info(joblib_sweep)  # the runs table and figures, one more run in the same group
+    assert report_run["run_group"] == "joblib_test" and report_run["job_type"] == "report"
+    assert report_run["run_id"] not in {info["run_id"] for info in infos}
+
+
+def test_ddp_job_inside_a_multirun_runs_the_sweep_once(tmp_path, cache_dir):
+    """Lightning starts rank 1 by re-running argv; inside a sweep that must be this one job, not the sweep again."""
+    result = lab_train("-m", *TINY, "trainer=ddp_cpu", cache_dir=cache_dir, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert log.count("Launching 1 jobs locally") == 1, log[-3000:]
+    sweeps = [p.parent for p in tmp_path.glob("multirun/*/*/multirun.yaml")]
+    assert len(sweeps) == 1, sweeps
+    jobs = [p for p in sweeps[0].iterdir() if p.is_dir() and (p / ".hydra").is_dir()]
+    assert len(jobs) == 1 and not (tmp_path / "outputs").exists()
+    assert (jobs[0] / "train_ddp_process_1.log").exists()  # rank 1 ran as a single run inside this job's directory
+    assert read_run(jobs[0])["status"] == "ok"
+    assert [r["status"] for r in runs_csv(sweeps[0])] == ["ok"]
+
+
+def sweep_jobs(name: str):
+    params = yaml.safe_load((Path(CONF_DIR).parent / "experiments" / f"{name}.yaml").read_text())["hydra"]["sweeper"]["params"]
+    keys = list(params)
+    for combo in itertools.product(*[str(params[k]).split(",") for k in keys]):
+        yield [f"{k}={v}" for k, v in zip(keys, combo)]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_job_composes_and_builds(name):
+    """Each job of each experiment sweep composes, passes the start-up checks and builds its model."""
+    text = (Path(CONF_DIR).parent / "experiments" / f"{name}.yaml").read_text().splitlines()
+    assert text[0] == "# @package _global_" and text[1] == f"# lab-train experiment={name}"
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        for overrides in sweep_jobs(name):
+            # narrow models keep this fast; depth, K and every structural choice are the experiment's own
+            small = ["model.d_model=32", "model.n_heads=2", "paths.output_dir=/tmp/unused"]
+            cfg = compose("train", overrides=[f"experiment={name}", *overrides, *small], return_hydra_config=True)
+            assert cfg.hydra.mode.name == "MULTIRUN" and cfg.sweep_name == name
+            validate_config(cfg)
+            model = OmegaConf.to_container(cfg.model, resolve=True)
+            model["vocab_size"] = model["vocab_size"] or cfg.data.vocab_size or 259
+            parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("head", "reduction", "weights", "schedule", "optim")}
+            module = MTPLitModule(model=model, total_steps=int(cfg.trainer.max_steps), **parts)
+            if name == "quick_ablation":
+                assert module.model.k == (1 if cfg.head.name == "ntp" else 4)
+
+
+def test_empty_experiment_lists_the_experiments(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        check_group_overrides(["experiment="], Path(CONF_DIR))
+    assert str(error.value) == f"experiment: choose one of: {', '.join(sorted(EXPERIMENTS))}"
+    result = lab_train("experiment=", cache_dir=tmp_path, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [f"error: {error.value}"]

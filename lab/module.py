@@ -105,9 +105,10 @@ class MTPLitModule(pl.LightningModule):
             coeffs, counts, lambdas, scale = self.objective_coefficients(self.local_counts(horizons), batch)
             # Diagnostics (GradDiagnostics) read this step's graph between forward and backward;
             # they never write .grad, so the step is unchanged. Not counted by the meter.
-            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
-                for probe in getattr(self, "step_probes", ()):
-                    probe(self, batch, horizons, (coeffs * scale).to(torch.float32))
+            if getattr(self, "step_probes", None):
+                with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                    for probe in self.step_probes:
+                        probe(self, batch, horizons, (coeffs * scale).to(torch.float32))
             root, stats = self.backward_schedule.run(horizons, (coeffs * scale).to(torch.float32))
             self.manual_backward(root)
         self.clip_gradients(optimizer, gradient_clip_val=self.hparams.optim.get("grad_clip"), gradient_clip_algorithm="norm")

@@ -227,10 +227,11 @@ class Rows(torch.utils.data.Dataset):
 
 class LossRecorder(pl.Callback):
     def __init__(self):
-        self.losses = []
+        self.losses, self.peaks = [], []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.losses.append(outputs["loss"].item())
+        self.peaks.append(outputs["mem/saved_peak_bytes"])
 
 
 def fit_losses(diagnostics: bool, steps: int = 20):
@@ -243,7 +244,7 @@ def fit_losses(diagnostics: bool, steps: int = 20):
         enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, deterministic=True, callbacks=callbacks,
     )
     trainer.fit(module, train_dataloaders=DataLoader(Rows(), batch_size=4, shuffle=True))
-    return recorder.losses, {n: p.detach().clone() for n, p in module.named_parameters()}, callbacks[1:]
+    return recorder, {n: p.detach().clone() for n, p in module.named_parameters()}, callbacks[1:]
 
 
 def test_in_step_measurement_equals_a_fresh_measurement_on_the_pre_step_weights():
@@ -265,9 +266,10 @@ def test_in_step_measurement_equals_a_fresh_measurement_on_the_pre_step_weights(
 
 
 def test_diagnostics_leave_the_training_trajectory_unchanged():
-    losses_off, params_off, _ = fit_losses(False)
-    losses_on, params_on, (every_step, every_third) = fit_losses(True)
-    assert len(losses_off) == 20 and losses_on == losses_off  # exact equality at every step
+    off, params_off, _ = fit_losses(False)
+    on, params_on, (every_step, every_third) = fit_losses(True)
+    assert len(off.losses) == 20 and on.losses == off.losses  # exact equality at every step
+    assert on.peaks == off.peaks  # the measured saved-tensor peak does not see the diagnostic
     assert all(torch.equal(params_on[n], params_off[n]) for n in params_off)
     assert every_step.latest.step == 19 and every_third.latest.step == 18
 

@@ -218,7 +218,7 @@ def effective_weights_by_policy(variants: list[Variant], path: Path) -> Path | N
         ax.set_xticks(range(max_k), [f"h{k}" for k in range(1, max_k + 1)])
         ax.set_ylabel("effective weight (mean over steps)")
         ax.set_title("Effective horizon weights by policy")
-        ax.legend()
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
         return save_png(fig, path)
 
 

@@ -9,7 +9,8 @@ stdlib-corpus DataModule, from the same initial weights.
   logger, no checkpointing, no progress bar, no validation).
 - plain: the same model, objective (`coefficients` + `schedule.run` + `backward`),
   AdamW + LambdaLR + `clip_grad_norm_`, with a plain `for batch in loader` loop.
-- plain+meter: plain, with the step wrapped in `SavedTensorMeter` like the module does.
+- plain+meter: plain, with the step wrapped in `SavedTensorMeter(exclude=model.parameters())`
+  like the module does.
 
 Interleaving: a Callback times each Lightning step as the wall time between the end
 of one `on_train_batch_end` and the next (one full loop iteration: data fetch,
@@ -81,7 +82,7 @@ class PlainLoop:
     def step(self) -> None:
         batch = self.next_batch()
         self.optimizer.zero_grad(set_to_none=True)
-        with SavedTensorMeter() if self.meter else contextlib.nullcontext():
+        with SavedTensorMeter(exclude=self.model.parameters()) if self.meter else contextlib.nullcontext():
             horizons = self.model(batch)
             counts = torch.stack([h.mask.sum() for h in horizons]).to(torch.float64)  # [K]
             lambdas = self.weight_schedule.lambdas(Progress(self.step_index, self.consumed_tokens, self.total_steps))

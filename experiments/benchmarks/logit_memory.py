@@ -4,12 +4,11 @@ For each vocabulary size V and horizon count K, a `parallel` head (not compute-m
 on a small trunk runs one training step (forward + schedule.run + backward, no
 optimizer) per schedule:
 
-- peak saved bytes: `SavedTensorMeter` around the step (what `mem/saved_peak_bytes` logs);
+- peak saved bytes: `SavedTensorMeter(exclude=model.parameters())` around the step, as the
+  module meters it (what `mem/saved_peak_bytes` logs); Parameter storages are not counted;
 - base: the meter's live bytes right after the model forward (trunk + head
   activations, before any logits exist); (peak − base) / logit_bytes says how closely
   the measured peak follows the logical `logit_bytes` (`mem/logits_live_bytes`);
-- same excl. params: the same ratio with Parameter storages left out (the lab meter
-  counts the weights autograd saves as views or detached leaves, see ParamAwareMeter);
 - rss Δ: process peak RSS during the step minus RSS before it (after `malloc_trim`),
   an approximate cross-check that also sees transient tensors the meter cannot
   (the chunked op never saves its chunk logits for backward);
@@ -62,9 +61,7 @@ def train_step(model: MTPModel, schedule, batch: dict, meter: SavedTensorMeter |
     """forward + schedule.run + backward; returns (per-horizon counts, saved bytes after the forward)."""
     model.zero_grad(set_to_none=True)
     horizons = model(batch)
-    base = meter.live_bytes if meter is not None else 0
-    if isinstance(meter, ParamAwareMeter):
-        meter.base_without_params = meter.live_bytes - meter.param_live  # saved bytes after the forward
+    base = meter.live_bytes if meter is not None else 0  # saved bytes after the forward
     counts = torch.stack([h.mask.sum() for h in horizons]).to(torch.float64)  # [K]
     coeffs = coefficients("head_mean", counts, torch.ones(len(horizons)), fixed_denominator=batch["tokens"].numel())
     root, stats = schedule.run(horizons, coeffs.to(torch.float32))
@@ -94,45 +91,11 @@ def _reset_rss_peak() -> int:
     return _rss()[1]
 
 
-class ParamAwareMeter(SavedTensorMeter):
-    """The lab meter, unchanged, plus a second peak that leaves out Parameter storages.
-
-    `SavedTensorMeter` skips only tensors that *are* Parameters; autograd saves views of
-    them (`weight.t()` in every linear) and the sequential schedule saves detached leaves
-    that share their storage, so the lab figure includes those weights. The second
-    figure excludes every storage owned by a Parameter of the model.
-    """
-
-    def __init__(self, params):
-        super().__init__()
-        self.param_keys = {p.untyped_storage().data_ptr() for p in params}
-        self.param_live = 0
-        self.peak_without_params = 0
-
-    def _pack(self, tensor):
-        counted = not isinstance(tensor, torch.nn.Parameter) and tensor.device.type != "meta"
-        key = tensor.untyped_storage().data_ptr() if counted else None
-        first = counted and self._refs.get(key, 0) == 0
-        packed = super()._pack(tensor)
-        if first and key in self.param_keys:
-            self.param_live += self._sizes[key]
-        self.peak_without_params = max(self.peak_without_params, self.live_bytes - self.param_live)
-        return packed
-
-    def _release(self, key):
-        size = self._sizes.get(key, 0)
-        super()._release(key)
-        if key in self.param_keys and key not in self._refs:
-            self.param_live -= size
-
-
 def measure_memory(model, schedule, batch) -> dict:
     rss_before = _reset_rss_peak()
-    with ParamAwareMeter(model.parameters()) as meter:
+    with SavedTensorMeter(exclude=model.parameters()) as meter:
         counts, base = train_step(model, schedule, batch, meter)
-    rss_peak = _rss()[0]
-    return {"peak": meter.peak_bytes, "base": base, "counts": counts, "rss": rss_peak - rss_before,
-            "peak_np": meter.peak_without_params, "base_np": meter.base_without_params}
+    return {"peak": meter.peak_bytes, "base": base, "counts": counts, "rss": _rss()[0] - rss_before}
 
 
 def run_config(vocab: int, k: int, args) -> list[dict]:
@@ -170,14 +133,13 @@ def report(results: list[dict]) -> str:
             f"{r['base'] / MB:.1f}",
             f"{r['logical'] / MB:.1f}",
             f"{(r['peak'] - r['base']) / r['logical']:.3f}",
-            f"{(r['peak_np'] - r['base_np']) / r['logical']:.3f}",
             f"{r['rss'] / MB:.0f}",
             r["time"].ms(),
             f"{r['time'].median / joint['time'].median:.3f}",
             f"{paired_ratio(r['time'], joint['time']).median:.3f}",
         ])
     headers = ["V", "K", "schedule", "peak MB", "peak/joint", "peak/K=1", "base MB", "logit MB",
-               "(peak-base)/logit", "same excl. params", "rss Δ MB", "time ms [IQR]", "time/joint", "paired"]
+               "(peak-base)/logit", "rss Δ MB", "time ms [IQR]", "time/joint", "paired"]
     return table(headers, rows)
 
 
@@ -198,12 +160,9 @@ def goals(results: list[dict], vocab: int, k: int) -> list[str]:
     ]
     for name, r in by.items():
         follow = (r["peak"] - r["base"]) / r["logical"]
-        follow_np = (r["peak_np"] - r["base_np"]) / r["logical"]
-        note = "; the meter sees saved tensors only and chunk logits are never saved" if name == "chunked" else ""
-        lines.append(
-            f"  (peak-base)/logit_bytes within 15% [{name}] : {follow:.3f}  {verdict(abs(follow - 1) <= 0.15)}"
-            f"  (excluding Parameter storages: {follow_np:.3f}{note})"
-        )
+        note = "  (the meter sees saved tensors only; chunk logits are never saved)" if name == "chunked" else ""
+        ok = verdict(abs(follow - 1) <= 0.15)
+        lines.append(f"  (peak-base)/logit_bytes within 15% [{name}] : {follow:.3f}  {ok}{note}")
     return lines
 
 

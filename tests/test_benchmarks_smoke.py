@@ -1,0 +1,32 @@
+"""Smoke runs of the benchmark scripts (`--quick`): they run to the end and print their ratio lines.
+
+Not timed tests: only the exit status and the shape of the printed report are checked.
+"""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+EXPECTED = {
+    "harness_overhead": ["paired vs plain", "lightning / plain", "goal <= 1.05", "plain+meter / plain"],
+    "logit_memory": ["peak/joint", "(peak-base)/logit", "goals at V=4096, K=2:", "sequential peak <= 0.35 x joint",
+                     "(peak-base)/logit_bytes within 15% [joint]"],
+    "mtp_overhead": ["vs ntp", "paired vs ntp", "goal at V=259, K=4: step time <= 1.05 x ntp"],
+    "diagnostics_overhead": ["amortised overhead (direct)", "c = with/without - 1", "goal <= 3%"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_quick_run(name):
+    result = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{name}", "--quick"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for text in EXPECTED[name]:
+        assert text in result.stdout, f"{text!r} missing from:\n{result.stdout}"
+    assert ("PASS" in result.stdout) or ("MISS" in result.stdout)

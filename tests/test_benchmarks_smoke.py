@@ -24,7 +24,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_quick_run(name):
-    result = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{name}", "--quick"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{name}", "--quick"], check=False, cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     for text in EXPECTED[name]:

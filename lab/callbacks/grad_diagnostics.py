@@ -165,6 +165,12 @@ def horizon_gradients(horizons, hidden: torch.Tensor, coeffs, params: dict[str, 
 
 def per_horizon_gradients(model, batch: dict, coeffs, params: dict[str, torch.nn.Parameter]) -> HorizonGradients:
     """`horizon_gradients` on a fresh forward of `model` (for tests and offline use)."""
+    horizons, trunk_hidden = forward_capturing_trunk(model, batch)
+    return horizon_gradients(horizons, trunk_hidden, coeffs, params)
+
+
+def forward_capturing_trunk(model, batch: dict):
+    """A grad-enabled forward that also returns the trunk output [B, S, d]."""
     capture = TrunkCapture()
     handle = model.trunk.register_forward_hook(capture)
     try:
@@ -172,7 +178,7 @@ def per_horizon_gradients(model, batch: dict, coeffs, params: dict[str, torch.nn
             horizons = model(batch)
     finally:
         handle.remove()
-    return horizon_gradients(horizons, capture.output, coeffs, params)
+    return horizons, capture.output
 
 
 # ---- Gram matrices, norms, cosines ------------------------------------------------------
@@ -304,16 +310,9 @@ class GradDiagnostics(pl.Callback):
     # ---- the computation ------------------------------------------------------------------
     def measure(self, pl_module, batch, step: int = 0) -> Snapshot:
         """The same measurement on a fresh forward of `batch` with the module's current weights."""
-        model = pl_module.model
-        capture = TrunkCapture()
-        handle = model.trunk.register_forward_hook(capture)
-        try:
-            with torch.enable_grad():
-                horizons = model(batch)
-        finally:
-            handle.remove()
+        horizons, trunk_hidden = forward_capturing_trunk(pl_module.model, batch)
         coeffs, _, _, scale = pl_module.objective_coefficients(pl_module.local_counts(horizons), batch)
-        return self.summarise(pl_module, horizons, capture.output, (coeffs * scale).to(torch.float32), step)
+        return self.summarise(pl_module, horizons, trunk_hidden, (coeffs * scale).to(torch.float32), step)
 
     def summarise(self, pl_module, horizons, hidden, step_coeffs: torch.Tensor, step: int) -> Snapshot:
         """Per-horizon gradients -> norms, cosines, shares; `step_coeffs` as the step applies them on this rank."""

@@ -64,7 +64,7 @@ def test_identical_losses_give_cosine_one_and_opposed_gradients_minus_one(sign, 
     spaces = {"leaf": result.leaf, **result.params}
     for space, grads in spaces.items():
         norms, cos = norms_and_cosines(gram(grads))
-        assert norms[0] > 0 and norms[0] == pytest.approx(norms[1], rel=1e-12), space
+        assert norms[0].item() > 0 and norms[0].item() == pytest.approx(norms[1].item(), rel=1e-12), space
         assert cos[0, 1].item() == pytest.approx(expected, abs=1e-9), space
         assert cos[0, 0].item() == pytest.approx(1.0, abs=1e-9)
 

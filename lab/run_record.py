@@ -32,6 +32,11 @@ def git_commit() -> str | None:
         return None
 
 
+def is_global_rank_zero() -> bool:
+    """Rank from the launcher's environment (Lightning sets RANK / LOCAL_RANK for its workers)."""
+    return all(int(os.environ.get(name, 0)) == 0 for name in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
 def write_json_atomic(path: Path, payload: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str))
@@ -58,6 +63,8 @@ class RunRecord:
         self.payload.update(fields)
 
     def finish(self, status: str, error: str | None = None, metrics: dict | None = None) -> None:
+        if not is_global_rank_zero():
+            return  # under DDP every rank runs the job; only rank 0 owns run.json
         self.payload.update(
             status=status,
             error=error,

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from lab.checkpoint import build_manifest, validate_checkpoint  # noqa: E402
 from lab.checkpoint_io import SafeCheckpointIO  # noqa: E402
 from lab.config_checks import check_group_overrides, validate_config  # noqa: E402
+from lab.csv_history import keep_csv_history  # noqa: E402
 from lab.errors import ConfigError  # noqa: E402
 from lab.report.wandb_source import mark_wandb_run_failed  # noqa: E402
 from lab.run_record import RunRecord  # noqa: E402
@@ -58,13 +59,8 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     if record is not None:
         table = parameter_table(module.model)
         print("parameters: " + ", ".join(f"{key}={value}" for key, value in table.items()))
-        record.update(parameters=table, manifest=run_manifest(cfg, module, datamodule), corpus_stats=datamodule.corpus_stats)
+        record.update(parameters=table, manifest=build_manifest(module, datamodule), corpus_stats=datamodule.corpus_stats)
     return datamodule, module
-
-
-def run_manifest(cfg: DictConfig, module, datamodule) -> dict:
-    """The same manifest every checkpoint carries (lab/checkpoint.py)."""
-    return build_manifest(module, datamodule)
 
 
 def build_and_fit(cfg: DictConfig, record: RunRecord):
@@ -82,29 +78,6 @@ def build_and_fit(cfg: DictConfig, record: RunRecord):
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     record.update(manifest=build_manifest(module, datamodule))  # with the final weight-schedule position
     return trainer
-
-
-def keep_csv_history(loggers: list, resume_step: int) -> None:
-    """CSVLogger deletes metrics.csv when it starts; a resumed run keeps the rows logged before its checkpoint."""
-    import csv
-
-    from lightning_fabric.utilities.rank_zero import rank_zero_only
-    from pytorch_lightning.loggers import CSVLogger
-
-    for logger in loggers:
-        path = Path(logger.log_dir) / "metrics.csv" if isinstance(logger, CSVLogger) else None
-        if path is None or rank_zero_only.rank != 0 or not path.is_file():
-            continue
-        with path.open(newline="") as file:
-            reader = csv.DictReader(file)
-            keys = sorted(reader.fieldnames or [])
-            rows = [row for row in reader if row.get("step", "").isdigit() and int(row["step"]) < resume_step]
-        writer = logger.experiment  # creating the writer removes the old file
-        with path.open("w", newline="") as file:
-            out = csv.DictWriter(file, fieldnames=keys)
-            out.writeheader()
-            out.writerows(rows)
-        writer.metrics_keys = keys  # its next save appends (or rewrites with a wider header)
 
 
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:

@@ -166,20 +166,20 @@ def pack_stream(tokens: np.ndarray, doc_lengths: np.ndarray, seq_len: int, pad_i
     doc_starts = np.cumsum(lengths) - lengths
 
     doc_index = np.full(padded, -1, dtype=np.int64)
-    doc_index[:n_tokens] = np.repeat(np.arange(lengths.size), lengths)
+    doc_index[:n_tokens] = np.repeat(np.arange(lengths.size), lengths)  # [T]: document of each stream token
     position_in_doc = np.zeros(padded, dtype=np.int64)
-    position_in_doc[:n_tokens] = np.arange(n_tokens) - np.repeat(doc_starts, lengths)
+    position_in_doc[:n_tokens] = np.arange(n_tokens) - np.repeat(doc_starts, lengths)  # [T]
     padded_tokens = np.full(padded, pad_id, dtype=np.int64)
-    padded_tokens[:n_tokens] = tokens
+    padded_tokens[:n_tokens] = tokens  # [T] of [R*S]; the tail stays PAD
 
     doc_index = doc_index.reshape(n_rows, seq_len)  # [R, S]
     position_in_doc = position_in_doc.reshape(n_rows, seq_len)  # [R, S]
     active = doc_index >= 0  # [R, S]; only the last row can hold padding
     # Documents are contiguous in the stream, so the occurrences in a row are the row's
     # first document index, +1, +2, …; the first token of a row is never padding.
-    segment_ids = np.where(active, doc_index - doc_index[:, :1], -1)  # [R, S]
+    segment_ids = np.where(active, doc_index - doc_index[:, :1], -1)  # [R, S] minus the row's first doc [R, 1]
     # The row's first occurrence restarts at 0 even when its document began earlier.
-    position_ids = np.where(segment_ids == 0, position_in_doc - position_in_doc[:, :1], position_in_doc)
+    position_ids = np.where(segment_ids == 0, position_in_doc - position_in_doc[:, :1], position_in_doc)  # [R, S]
     position_ids = np.where(active, position_ids, 0)  # [R, S]
 
     return PackedRows(

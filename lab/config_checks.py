@@ -1,4 +1,8 @@
-"""Start-up checks: config-group choices and cross-field invariants, before any heavy work."""
+"""Start-up checks that belong to no single config group: group choices, run settings, K vs seq_len.
+
+Every group checks its own fields once, when it is built into a typed object
+(`LMDataModule`, `build_model`, `Objective.build`, `OptimConfig`).
+"""
 
 from __future__ import annotations
 
@@ -31,24 +35,13 @@ def check_group_overrides(argv: list[str], conf_dir: Path) -> None:
                 raise ConfigError(key, f"unknown option '{choice}'; allowed: {', '.join(options)}")
 
 
-def validate_config(cfg: DictConfig) -> None:
-    """Cross-field invariants (K vs seq_len, depth vs K, λ length vs K, ...)."""
-    seq_len = cfg.data.seq_len
-    require(isinstance(seq_len, int) and seq_len >= 2, "data.seq_len", f"must be an integer ≥ 2, got {seq_len}")
-    head = cfg.head
-    k = head.k if head.k is not None else (head.depth + 1 if head.depth is not None else None)
-    require(k is not None and k >= 1, "head.k", f"must be ≥ 1, got {k}")
-    require(k < seq_len, "head.k", f"must be < data.seq_len={seq_len}, got {k}")
-    if head.name == "deepseek" and head.depth is not None:
-        require(k == head.depth + 1, "head.k", f"deepseek needs head.k = head.depth + 1 = {head.depth + 1}, got {k}")
-    lambdas = cfg.weights.get("lambdas")
-    if lambdas is not None:
-        require(len(lambdas) == k, "weights.lambdas", f"needs one λ per horizon (K={k}), got {len(lambdas)}")
-    if cfg.reduction.fixed_denominator is not None:
-        require(cfg.reduction.fixed_denominator > 0, "reduction.fixed_denominator", f"must be > 0, got {cfg.reduction.fixed_denominator}")
-    chunk_rows = cfg.schedule.get("chunk_rows")
-    if cfg.schedule.name == "chunked":
-        require(isinstance(chunk_rows, int) and chunk_rows >= 1, "schedule.chunk_rows", f"must be an integer ≥ 1, got {chunk_rows}")
+def check_run_config(cfg: DictConfig) -> None:
+    """Run-level settings, before anything is built; each config group checks its own fields when built."""
     require(cfg.trainer.max_steps is not None and cfg.trainer.max_steps >= 1, "trainer.max_steps", "must be ≥ 1")
     if cfg.ckpt_path not in (None, "last"):
         require(Path(cfg.ckpt_path).exists(), "ckpt_path", f"no such checkpoint: {cfg.ckpt_path}")
+
+
+def check_horizons_fit(k: int, seq_len: int) -> None:
+    """The one check across groups: every horizon needs a target inside a row."""
+    require(k < seq_len, "head.k", f"must be < data.seq_len={seq_len}, got {k}")

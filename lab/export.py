@@ -30,20 +30,9 @@ from safetensors.torch import load_file, save_file
 
 from lab.checkpoint import check_state_aliases, load_checkpoint, plain
 from lab.errors import ConfigError
-from lab.model.heads import HeadConfig
-from lab.model.mtp import MTPModel
-from lab.model.trunk import ModelConfig
+from lab.model.mtp import MTPModel, build_model
 
 RELEASE_FORMAT = 1
-# Head block stacks that horizon 1 runs after the trunk, in order (see each head's forward).
-NEXT_TOKEN_STACKS = {
-    "ntp": lambda head: [],
-    "linear": lambda head: [],
-    "deepseek": lambda head: [],  # horizon 1 is the trunk itself
-    "parallel": lambda head: [0],
-    "causal": lambda head: [0],
-    "anticausal": lambda head: list(range(head.k - 1, -1, -1)),  # f_1 ∘ … ∘ f_K: stack K runs first
-}
 
 
 # ------------------------------------------------------------------------ the model
@@ -54,7 +43,7 @@ def model_from_checkpoint(checkpoint: dict) -> MTPModel:
     manifest = checkpoint.get("mtp_manifest")
     if not isinstance(manifest, dict):
         raise ConfigError("checkpoint", "has no MTP manifest (not written by lab-train)")
-    model = MTPModel(ModelConfig(**manifest["model"]), HeadConfig(**manifest["head_config"]))
+    model = build_model(manifest["model"], manifest["head_config"])
     check_state_aliases(checkpoint["state_dict"], manifest["aliases"])
     state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items()}
     try:
@@ -65,30 +54,29 @@ def model_from_checkpoint(checkpoint: dict) -> MTPModel:
 
 
 def next_token_plan(model: MTPModel) -> tuple[dict, dict, dict[str, str]]:
-    """(model config, head config, release key → source key) of the next-token-only release."""
-    name = model.head_cfg.name
-    if name not in NEXT_TOKEN_STACKS:
-        raise ConfigError("checkpoint", f"head '{name}' has no next-token export plan; known: {', '.join(NEXT_TOKEN_STACKS)}")
+    """(model config, head config, release key → source key) of the next-token-only release.
+
+    The head says what horizon 1 needs (`MTPHead.next_token_path`): its blocks become extra
+    trunk blocks, its own projection (if any) the release's untied unembedding.
+    """
+    path = model.head.next_token_path()
     keys = list(model.state_dict())
     key_map = {key: key for key in keys if key.startswith("trunk.")}
     layer = len(model.trunk.blocks)
-    for stack in NEXT_TOKEN_STACKS[name](model.head):
-        for block in range(len(model.head.stacks[stack].blocks)):
-            prefix = f"head.stacks.{stack}.blocks.{block}."
-            key_map.update({f"trunk.blocks.{layer}.{key[len(prefix):]}": key for key in keys if key.startswith(prefix)})
-            layer += 1
-    model_cfg, head_cfg = {**plain(model.model_cfg), "n_layers": layer}, {"name": "ntp", "k": 1}
-    if model.head.projections is not None:  # replicated unembedding: horizon 1 projects with its own
-        key_map["trunk.unembed"] = "head.projections.0"
+    for block in path.blocks:
+        prefix = f"head.{block}."
+        key_map.update({f"trunk.blocks.{layer}.{key[len(prefix):]}": key for key in keys if key.startswith(prefix)})
+        layer += 1
+    model_cfg, head_cfg = {**plain(model.model_cfg), "n_layers": layer}, dict(path.release_head)
+    if path.projection is not None:  # horizon 1 projects with its own V×d matrix
+        key_map["trunk.unembed"] = f"head.{path.projection}"
         model_cfg["tie_embeddings"] = False
-    if getattr(model.head, "maps", None) is not None:  # a d×d map before the shared norm is no block: keep it as K = 1
-        head_cfg = {"name": "linear", "k": 1, "compute_matched": False}
-        key_map["head.maps.0.weight"] = "head.maps.0.weight"
+    key_map.update({f"head.{key}": f"head.{key}" for key in path.kept})
     return model_cfg, head_cfg, key_map
 
 
 def build_release_model(model_cfg: dict, head_cfg: dict) -> MTPModel:
-    return MTPModel(ModelConfig(**model_cfg), HeadConfig(**head_cfg))
+    return build_model(model_cfg, head_cfg)
 
 
 def probe_batch(vocab_size: int, seq_len: int = 24) -> dict:

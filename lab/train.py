@@ -10,25 +10,18 @@ import sys
 import warnings
 from pathlib import Path
 
-os.environ.setdefault("WANDB_MODE", "offline")
-os.environ.setdefault("WANDB_SILENT", "true")
-# Checkpoints are written after the optimizer step on purpose (resume continues from there).
-warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
-# The training sampler resumes mid-epoch by the restored step (lab/data/sampler.py).
-warnings.filterwarnings("ignore", message=".*ended before the epoch ended and your dataloader is not resumable.*")
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
-import hydra  # noqa: E402
-from hydra.core.hydra_config import HydraConfig  # noqa: E402
-from hydra.types import RunMode  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
-
-from lab.checkpoint import build_manifest, validate_checkpoint  # noqa: E402
-from lab.checkpoint_io import SafeCheckpointIO  # noqa: E402
-from lab.config_checks import check_group_overrides, validate_config  # noqa: E402
-from lab.csv_history import keep_csv_history  # noqa: E402
-from lab.errors import ConfigError  # noqa: E402
-from lab.report.wandb_source import mark_wandb_run_failed  # noqa: E402
-from lab.run_record import RunRecord  # noqa: E402
+from lab.checkpoint import build_manifest, validate_checkpoint
+from lab.checkpoint_io import SafeCheckpointIO
+from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
+from lab.csv_history import keep_csv_history
+from lab.errors import ConfigError
+from lab.report.wandb_source import mark_wandb_run_failed
+from lab.run_record import RunRecord
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -41,7 +34,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.mtp import parameter_table
     from lab.module import MTPLitModule
 
-    validate_config(cfg)
+    check_run_config(cfg)
     pl.seed_everything(cfg.seed, workers=True)
     datamodule = LMDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
@@ -55,6 +48,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         total_steps=int(cfg.trainer.max_steps),
     )
+    check_horizons_fit(module.model.k, datamodule.config.seq_len)
     datamodule.setup("fit")
     if record is not None:
         table = parameter_table(module.model)
@@ -100,6 +94,7 @@ def finish_wandb() -> None:
 
 
 def run(cfg: DictConfig) -> float | None:
+    quiet_environment()  # also in launcher worker processes, which never run main()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     record = RunRecord(run_dir)
     record.update(config=OmegaConf.to_container(cfg, resolve=True), overrides=list(HydraConfig.get().overrides.task))
@@ -135,7 +130,18 @@ def hydra_main(cfg: DictConfig) -> float | None:
     return run(cfg)
 
 
+def quiet_environment() -> None:
+    """What the CLI sets before Hydra starts (never at import: importing lab.train changes nothing)."""
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    # Checkpoints are written after the optimizer step on purpose (resume continues from there).
+    warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
+    # The training sampler resumes mid-epoch by the restored step (lab/data/sampler.py).
+    warnings.filterwarnings("ignore", message=".*ended before the epoch ended and your dataloader is not resumable.*")
+
+
 def main() -> None:
+    quiet_environment()
     try:
         check_group_overrides(sys.argv[1:], Path(CONF_DIR))
     except ConfigError as error:

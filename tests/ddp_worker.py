@@ -15,7 +15,7 @@ valid counts at every horizon. Rank r of W trains on rows [r*4/W, (r+1)*4/W); th
 
 For each case the worker records, after exactly one step, every parameter's gradient
 (read in `on_before_optimizer_step`, i.e. after DDP's all-reduce and before AdamW
-changes the weights) and the step's loss (the `training_step` return dict's "loss", plus
+changes the weights) and the step's loss (`StepOutputs.loss` from `training_step`, plus
 the logged `train/loss` as a cross-check).
 Rank 0 writes RESULT.pt; other ranks write RESULT.pt.rank{r} so the test can check the
 ranks agree (DDP gradients are averaged, hence identical on every rank).
@@ -155,8 +155,8 @@ def run_case(case: dict, devices: int) -> dict:
         "logged_loss": trainer.callback_metrics["train/loss"].detach().to(torch.float64).clone(),
         "grads": capture.grads,
         "grad_none": capture.grad_none,
-        "counts": out["counts"].detach().clone(),
-        "local_counts": torch.as_tensor(out["local_counts"]).detach().clone(),
+        "counts": out["step"].counts.detach().clone(),
+        "local_counts": torch.as_tensor(out["step"].local_counts).detach().clone(),
         "local_rows": capture.local_rows,
         "world_size": dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1,
         "trainer_world_size": trainer.world_size,

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lab.model.heads import HeadConfig
+from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from lab.model.trunk import ModelConfig
 
@@ -61,9 +61,9 @@ def model_config(n_layers: int = 2, tie: bool = True, vocab: int = VOCAB, d_mode
 
 
 def build_model(name: str, k: int = 1, *, seed: int = 0, layers: int = 2, tie: bool = True, **head) -> MTPModel:
-    """A tiny MTPModel with `layers` = model.n_layers; `head` holds extra HeadConfig fields (depth, trunk_grad, ...)."""
+    """A tiny MTPModel with `layers` = model.n_layers; `head` holds extra head-config fields (depth, trunk_grad, ...)."""
     torch.manual_seed(seed)
-    return MTPModel(model_config(layers, tie), HeadConfig(name=name, k=k, **head))
+    return MTPModel(model_config(layers, tie), head_config({"name": name, "k": k, **head}))
 
 
 def horizon_sums(horizons) -> list[torch.Tensor]:

@@ -31,6 +31,7 @@ from lab.errors import ConfigError
 from lab.model.heads import Horizon
 from lab.model.trunk import RMSNorm
 from lab.module import MTPLitModule
+from lab.step import local_counts
 from tests.cli import TINY, lab_train, wandb_history_keys
 
 
@@ -96,7 +97,8 @@ def direct_gradients(module, batch):
     handle = model.trunk.register_forward_hook(lambda mod, inp, out: captured.setdefault("hidden", out))
     horizons = model(batch)
     handle.remove()
-    coeffs, _, _, scale = module.objective_coefficients(module.local_counts(horizons), batch)
+    coeffs = module.objective.coefficients(local_counts(horizons), batch["tokens"].numel(), module.progress())
+    coeffs, scale = coeffs.coefficients, coeffs.scale
     sums = horizon_sums(horizons)
     last_block = list(model.trunk.blocks[-1].parameters())
     out = []
@@ -150,8 +152,9 @@ def test_per_horizon_gradients_sum_to_the_step_gradient_and_leave_state_alone():
     model = module.model
     params = dict(model.named_parameters())
     horizons = model(batch)
-    coeffs, _, _, scale = module.objective_coefficients(module.local_counts(horizons), batch)
-    root, _ = module.backward_schedule.run(horizons, (coeffs * scale).float())
+    coeffs = module.objective.coefficients(local_counts(horizons), batch["tokens"].numel(), module.progress())
+    coeffs, scale = coeffs.coefficients, coeffs.scale
+    root, _ = module.objective.backward_schedule.run(horizons, (coeffs * scale).float())
     root.backward()  # the step's own gradient (sequential schedule)
     step_grads = {n: p.grad.clone() for n, p in params.items()}
     rng = torch.get_rng_state()
@@ -231,7 +234,7 @@ class LossRecorder(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.losses.append(outputs["loss"].item())
-        self.peaks.append(outputs["mem/saved_peak_bytes"])
+        self.peaks.append(outputs["step"].saved_peak_bytes)
 
 
 def fit_losses(diagnostics: bool, steps: int = 20):

@@ -9,7 +9,7 @@ from helpers import single_thread  # noqa: F401 -- autouse fixture: one intra-op
 from helpers import PAD, VOCAB, assert_close_rel, build_model, horizon_sums, loss_and_grads, make_batch, model_config, packed_batch
 from lab.errors import ConfigError
 from lab.labels import chain_masks, horizon_mask
-from lab.model.heads import HeadConfig, head_class
+from lab.model.heads import head_class, head_config
 from lab.model.mtp import MTPModel, alias_groups, parameter_table
 from lab.model.trunk import Block
 
@@ -432,7 +432,7 @@ def test_unknown_head_class_lists_the_allowed_names():
 
 
 def test_deepseek_k_follows_from_depth_when_k_is_unset():
-    model = MTPModel(model_config(), HeadConfig(name="deepseek", k=None, depth=3))
+    model = MTPModel(model_config(), head_config({"name": "deepseek", "k": None, "depth": 3}))
     assert model.k == 4 and len(model(packed_batch())) == 4
 
 

@@ -64,6 +64,17 @@ def interleave(variants: dict[str, Callable[[], object]], repeats: int, warmup: 
     return {name: Timing(values) for name, values in samples.items()}
 
 
+def compose(*overrides: str, output_dir: str = "/tmp/mtp-lab-benchmark"):
+    """The real `lab-train` config (conf/train.yaml) with `overrides`, composed by Hydra as the CLI does."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from lab.train import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return hydra_compose("train", overrides=[*overrides, f"paths.output_dir={output_dir}"])
+
+
 def paired_ratio(a: Timing, b: Timing) -> Timing:
     """Ratios a_i / b_i of samples taken in the same interleaved round.
 

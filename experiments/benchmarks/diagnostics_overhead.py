@@ -30,7 +30,7 @@ Tables: median [interquartile range].
 from __future__ import annotations
 
 # common first: it sets OMP_WAIT_POLICY before torch loads OpenMP.
-from experiments.benchmarks.common import Timing, table, verdict  # isort: skip
+from experiments.benchmarks.common import Timing, compose, table, verdict  # isort: skip
 
 import argparse
 import logging
@@ -42,20 +42,9 @@ import pytorch_lightning as pl
 import torch
 
 from lab.callbacks.grad_diagnostics import GradDiagnostics
-from lab.data import LMDataModule
-from lab.module import MTPLitModule
 
 BLOCKS = {"off": (None, 50), "n=1": (1, 10), "n=10": (10, 20), "n=50": (50, 50)}  # name -> (every_n, steps)
 QUICK_BLOCKS = {"off": (None, 10), "n=1": (1, 2), "n=10": (10, 10), "n=50": (50, 10)}  # smoke only: 'n=50' measures every 10
-
-
-def build_module(model: dict, head: dict, total_steps: int) -> MTPLitModule:
-    return MTPLitModule(
-        model=model, head=head, reduction=dict(policy="head_mean", count_scope="global", fixed_denominator=None),
-        weights=dict(name="geometric", gamma=0.5), schedule=dict(name="sequential", chunk_rows=None),
-        optim=dict(lr=3e-3, betas=[0.9, 0.95], weight_decay=0.1, warmup_steps=30, min_lr_ratio=0.1, grad_clip=1.0),
-        total_steps=total_steps,
-    )
 
 
 def make_plan(blocks: dict, pairs: int, rounds: int) -> list[tuple[str, int, str, int]]:
@@ -139,19 +128,19 @@ def main(argv=None) -> None:
     rounds = args.rounds or (1 if args.quick else 3)
     blocks = QUICK_BLOCKS if args.quick else BLOCKS
     d_model, seq_len, batch_size = (32, 32, 4) if args.quick else (128, 128, 16)
-    model = dict(vocab_size=259, d_model=d_model, n_layers=4, n_heads=4, mlp_ratio=4, rope_base=10000.0, norm_eps=1e-5,
-                 tie_embeddings=True, init_std=0.02)
-    head = dict(name=args.head, k=args.k)
 
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
-    pl.seed_everything(0, workers=True, verbose=False)
-    datamodule = LMDataModule(source="stdlib", max_docs=50, seq_len=seq_len, batch_size=batch_size, seed=0)
-    datamodule.setup("fit")
+    from lab.train import build
+
     bench = Interleaver(blocks, pairs, rounds)
     diagnostics = ScheduledDiagnostics(bench)
-    module = build_module(model, head, len(bench.plan))
+    # The real default config (conf/train.yaml) with this benchmark's head, λ and sizes.
+    datamodule, module = build(compose(
+        "seed=0", "data.max_docs=50", f"data.seq_len={seq_len}", f"data.batch_size={batch_size}", f"model.d_model={d_model}",
+        f"head={args.head}", f"head.k={args.k}", "weights=geometric", f"trainer.max_steps={len(bench.plan)}",
+    ))
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_steps=len(bench.plan), max_epochs=-1, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

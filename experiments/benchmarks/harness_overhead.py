@@ -1,16 +1,16 @@
 """Harness overhead: the Lightning training step against a plain PyTorch loop.
 
-Both sides train the default tiny model (d_model 128, 4 layers, 4 heads, byte vocab
-259, seq 128, batch 16, head ntp, reduction head_mean, schedule sequential, AdamW lr
-3e-3 with the module's warm-up/cosine LR schedule, grad clip 1.0) on the same
-stdlib-corpus DataModule, from the same initial weights.
+Both sides train the real default config (conf/train.yaml composed by Hydra: tiny model
+d_model 128, 4 layers, 4 heads, byte vocab 259, seq 128, batch 16, head ntp, reduction
+head_mean, schedule sequential, AdamW with warm-up/cosine LR, grad clip 1.0; 50 stdlib
+documents) on the same DataModule, from the same initial weights, with the same step
+function `lab.step.train_step`.
 
 - lightning: `MTPLitModule` driven by a real `pytorch_lightning.Trainer` (CPU, no
   logger, no checkpointing, no progress bar, no validation).
-- plain: the same model, objective (`coefficients` + `schedule.run` + `backward`),
-  AdamW + LambdaLR + `clip_grad_norm_`, with a plain `for batch in loader` loop.
-- plain+meter: plain, with the step wrapped in `SavedTensorMeter(exclude=model.parameters())`
-  like the module does.
+- plain: `train_step` with `PlainOptimization` (backward, `clip_grad_norm_`, AdamW +
+  LambdaLR) in a plain `for batch in loader` loop, the saved-tensor meter off.
+- plain+meter: plain, with the step's `SavedTensorMeter` on, as the module has it.
 
 Interleaving: a Callback times each Lightning step as the wall time between the end
 of one `on_train_batch_end` and the next (one full loop iteration: data fetch,
@@ -25,10 +25,10 @@ from fetching the batch to the end of the scheduler step. The first rounds are w
 from __future__ import annotations
 
 # common first: it sets OMP_WAIT_POLICY before torch loads OpenMP.
-from experiments.benchmarks.common import Timing, paired_ratio, table, verdict  # isort: skip
+from experiments.benchmarks.common import Timing, compose, paired_ratio, table, verdict  # isort: skip
 
 import argparse
-import contextlib
+import copy
 import logging
 import time
 import warnings
@@ -38,36 +38,19 @@ import torch
 
 from lab.data import LMDataModule
 from lab.module import MTPLitModule
-from lab.objective import Progress, coefficients
-from lab.objective.memory import SavedTensorMeter
-
-MODEL = {"vocab_size": 259, "d_model": 128, "n_layers": 4, "n_heads": 4, "mlp_ratio": 4, "rope_base": 10000.0,
-         "norm_eps": 1e-5, "tie_embeddings": True, "init_std": 0.02}
-HEAD = {"name": "ntp", "k": 1}
-REDUCTION = {"policy": "head_mean", "count_scope": "global", "fixed_denominator": None}
-WEIGHTS = {"name": "uniform", "lambdas": None}
-SCHEDULE = {"name": "sequential", "chunk_rows": None}
-OPTIM = {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1, "warmup_steps": 30, "min_lr_ratio": 0.1, "grad_clip": 1.0}
-
-
-def build_module(total_steps: int) -> MTPLitModule:
-    return MTPLitModule(model=MODEL, head=HEAD, reduction=REDUCTION, weights=WEIGHTS, schedule=SCHEDULE, optim=OPTIM,
-                        total_steps=total_steps)
+from lab.objective import Progress
+from lab.optim import build_optimizer
+from lab.step import PlainOptimization, train_step
 
 
 class PlainLoop:
-    """The same training step without Lightning: model, objective, AdamW, LR schedule, clipping."""
+    """The same step function (`lab.step.train_step`) in a plain `for` loop with torch's backward and optimizer."""
 
     def __init__(self, template: MTPLitModule, datamodule: LMDataModule, total_steps: int, meter: bool):
-        # A detached module instance only as a container: its model (same initial weights as the
-        # Lightning one) and its configure_optimizers(), so the optimizer setup is identical.
-        self.owner = build_module(total_steps)
-        self.owner.model.load_state_dict(template.model.state_dict())
-        self.model = self.owner.model
-        config = self.owner.configure_optimizers()
-        self.optimizer, self.scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
-        self.weight_schedule = self.owner.weight_schedule
-        self.backward_schedule = self.owner.backward_schedule
+        self.model = copy.deepcopy(template.model)  # same initial weights as the Lightning side
+        self.objective = template.objective  # stateless: the same reduction, λ and backward schedules
+        optimizer, scheduler = build_optimizer(self.model, template.optim, total_steps)
+        self.optimization = PlainOptimization(self.model, optimizer, scheduler, template.optim.grad_clip)
         self.datamodule, self.total_steps, self.meter = datamodule, total_steps, meter
         self.loader = iter(datamodule.train_dataloader())
         self.step_index, self.consumed_tokens = 0, 0
@@ -81,21 +64,9 @@ class PlainLoop:
 
     def step(self) -> None:
         batch = self.next_batch()
-        self.optimizer.zero_grad(set_to_none=True)
-        with SavedTensorMeter(exclude=self.model.parameters()) if self.meter else contextlib.nullcontext():
-            horizons = self.model(batch)
-            counts = torch.stack([h.mask.sum() for h in horizons]).to(torch.float64)  # [K]
-            lambdas = self.weight_schedule.lambdas(Progress(self.step_index, self.consumed_tokens, self.total_steps))
-            coeffs = coefficients(REDUCTION["policy"], counts, lambdas, fixed_denominator=batch["tokens"].numel())
-            root, stats = self.backward_schedule.run(horizons, coeffs.to(torch.float32))
-            root.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), OPTIM["grad_clip"])
-        self.optimizer.step()
-        self.scheduler.step()
-        loss = (coeffs * stats.loss_sums.to(torch.float64)).sum()
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss at step {self.step_index}")
-        self.consumed_tokens += int(batch["active"].sum().item())
+        progress = Progress(self.step_index, self.consumed_tokens, self.total_steps)
+        outputs = train_step(self.model, self.objective, batch, progress, self.optimization, measure_memory=self.meter)
+        self.consumed_tokens += outputs.tokens
         self.step_index += 1
 
 
@@ -146,10 +117,10 @@ def main(argv=None) -> None:
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
-    pl.seed_everything(0, workers=True, verbose=False)
-    datamodule = LMDataModule(source="stdlib", max_docs=50, seq_len=128, batch_size=16, seed=0)
-    datamodule.setup("fit")
-    module = build_module(lightning_steps)
+    from lab.train import build
+
+    # The real default config (conf/train.yaml: tiny model, ntp, head_mean, sequential, AdamW), 50 documents.
+    datamodule, module = build(compose("seed=0", "data.max_docs=50", f"trainer.max_steps={lightning_steps}"))
     plain = {name: PlainLoop(module, datamodule, lightning_steps, meter=meter)
              for name, meter in (("plain", False), ("plain+meter", True))}
     bench = Interleaver(plain, block, warmup_rounds)

@@ -32,9 +32,7 @@ import time
 
 import torch
 
-from lab.model.heads import HeadConfig
-from lab.model.mtp import MTPModel
-from lab.model.trunk import ModelConfig
+from lab.model.mtp import build_model
 from lab.objective import build_backward_schedule, coefficients, logit_bytes
 from lab.objective.memory import SavedTensorMeter
 
@@ -57,7 +55,7 @@ def random_batch(vocab: int, batch: int, seq: int, generator: torch.Generator) -
     }
 
 
-def train_step(model: MTPModel, schedule, batch: dict, meter: SavedTensorMeter | None = None):
+def train_step(model, schedule, batch: dict, meter: SavedTensorMeter | None = None):
     """forward + schedule.run + backward; returns (per-horizon counts, saved bytes after the forward)."""
     model.zero_grad(set_to_none=True)
     horizons = model(batch)
@@ -100,8 +98,8 @@ def measure_memory(model, schedule, batch) -> dict:
 
 def run_config(vocab: int, k: int, args) -> list[dict]:
     torch.manual_seed(0)
-    model_cfg = ModelConfig(vocab_size=vocab, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads)
-    model = MTPModel(model_cfg, HeadConfig(name="parallel", k=k, compute_matched=False))
+    model_cfg = {"vocab_size": vocab, "d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads}
+    model = build_model(model_cfg, {"name": "parallel", "k": k, "compute_matched": False})
     batch = random_batch(vocab, args.batch, args.seq, torch.Generator().manual_seed(vocab + k))
     schedules = {name: build_backward_schedule(name, args.chunk_rows) for name in SCHEDULES}
     timings: dict[str, Timing] = interleave(

@@ -26,21 +26,19 @@ import time
 import torch
 
 from lab.data import LMDataModule
-from lab.model.heads import HeadConfig
-from lab.model.mtp import MTPModel, parameter_table
-from lab.model.trunk import ModelConfig
+from lab.model.mtp import build_model, parameter_table
 from lab.objective import build_backward_schedule, coefficients
 
-VARIANTS = {"ntp": HeadConfig(name="ntp", k=1), "parallel K=2": HeadConfig(name="parallel", k=2),
-            "parallel K=4": HeadConfig(name="parallel", k=4)}
+VARIANTS = {"ntp": {"name": "ntp", "k": 1}, "parallel K=2": {"name": "parallel", "k": 2},
+            "parallel K=4": {"name": "parallel", "k": 4}}
 
 
 class Variant:
     """One variant: model, AdamW, sequential schedule, cycling over a shared list of batches."""
 
-    def __init__(self, model_cfg: ModelConfig, head_cfg: HeadConfig, batches: list[dict]):
+    def __init__(self, model_cfg: dict, head_cfg: dict, batches: list[dict]):
         torch.manual_seed(0)
-        self.model = MTPModel(model_cfg, HeadConfig(**vars(head_cfg)))
+        self.model = build_model(model_cfg, head_cfg)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
         self.schedule = build_backward_schedule("sequential")
         self.batches = itertools.cycle(batches)
@@ -95,7 +93,7 @@ def main(argv=None) -> None:
     start = time.perf_counter()
     rows, ratios = [], {}
     for label, vocab, batches, shape in configs:
-        model_cfg = ModelConfig(vocab_size=vocab, d_model=128, n_layers=4, n_heads=4)
+        model_cfg = {"vocab_size": vocab, "d_model": 128, "n_layers": 4, "n_heads": 4}
         trainers = {name: Variant(model_cfg, head_cfg, batches) for name, head_cfg in VARIANTS.items()}
         timings = interleave({name: t.step for name, t in trainers.items()}, repeats=repeats, warmup=warmup)
         for name, trainer in trainers.items():

@@ -39,9 +39,9 @@ name of the shared unembedding Parameter (`trunk.embed.weight` when tied, else
 one `ConfigError` line (`setup`, before the first step).
 
 How, and why the training trajectory is untouched: the measurement runs *inside* the
-training step, on the step's own forward graph. `MTPLitModule.training_step` calls every
-callable in `pl_module.step_probes` after the forward and the coefficients, before the
-backward schedule; on a due step `on_train_batch_start` has hooked the trunk to remember its
+training step, on the step's own forward graph. `lab.step.train_step` calls every probe
+in `pl_module.step_probes` (a declared `StepProbe` hook) after the forward and the
+coefficients, before the backward schedule; on a due step `on_train_batch_start` has hooked the trunk to remember its
 output. The probe recomputes each horizon's c_k·S_k from the attached rows and takes one
 `torch.autograd.grad(..., retain_graph=True)` per horizon w.r.t. the trunk output and the
 requested Parameters. `autograd.grad` returns gradients without writing any `.grad` and
@@ -68,6 +68,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lab.errors import ConfigError
 from lab.objective.backward import horizon_loss, supervised_rows
+from lab.step import local_counts
 
 FIELD = "callbacks.grad_diagnostics"
 DEFAULT_GROUPS = {
@@ -231,8 +232,8 @@ class GradDiagnostics(pl.Callback):
     """Per-horizon gradient norms and cosines every `every_n_steps` steps (see module docstring).
 
     In training it measures *inside* the step: on a due step, `on_train_batch_start` hooks
-    the trunk to remember its output, and `MTPLitModule.training_step` calls `probe` (listed
-    in `pl_module.step_probes`) between the forward and the backward schedule. The metrics
+    the trunk to remember its output, and `lab.step.train_step` calls `probe` (listed in
+    `pl_module.step_probes`) between the forward and the backward schedule. The metrics
     are logged straight to every logger in `on_train_batch_end`, at the step they describe
     (Lightning's `log_every_n_steps` would drop sparse steps). `measure` does the same on a
     fresh forward, for use outside a training loop.
@@ -248,6 +249,7 @@ class GradDiagnostics(pl.Callback):
         self._step: int | None = None
         self._pending: Snapshot | None = None
         self._warned = False
+        self._module = None  # the LightningModule whose steps `probe` is called from (set in `setup`)
 
     # start-up checks: the callback is built by Hydra (which would wrap an exception raised in
     # __init__), so every check runs in `setup`, before sanity checking and the first step.
@@ -255,17 +257,14 @@ class GradDiagnostics(pl.Callback):
         if isinstance(self.every_n_steps, bool) or not isinstance(self.every_n_steps, int) or self.every_n_steps < 1:
             raise ConfigError(f"{FIELD}.every_n_steps", f"must be an integer ≥ 1, got {self.every_n_steps!r}")
         self.groups = resolve_groups(pl_module.model, self.groups_config)
-        probes = getattr(pl_module, "step_probes", None)
-        if probes is None:
-            probes = pl_module.step_probes = []
-        if self.probe not in probes:
-            probes.append(self.probe)
+        self._module = pl_module
+        if self.probe not in pl_module.step_probes:
+            pl_module.step_probes.append(self.probe)
 
     def teardown(self, trainer, pl_module, stage):
         self._release()
-        probes = getattr(pl_module, "step_probes", [])
-        if self.probe in probes:
-            probes.remove(self.probe)
+        if self.probe in pl_module.step_probes:
+            pl_module.step_probes.remove(self.probe)
 
     def targets(self, model) -> dict[str, torch.nn.Parameter]:
         """Every Parameter any metric needs, by name (each once)."""
@@ -289,13 +288,13 @@ class GradDiagnostics(pl.Callback):
             self._capture = TrunkCapture()
             self._handle = pl_module.model.trunk.register_forward_hook(self._capture)
 
-    def probe(self, pl_module, batch, horizons, step_coeffs: torch.Tensor) -> None:
-        """Called by the training step after the forward, before any backward; reads the graph only."""
+    def probe(self, batch, horizons, step_coeffs: torch.Tensor) -> None:
+        """A `lab.step.StepProbe`: called after the forward, before any backward; reads the graph only."""
         capture = self._capture
         self._release()
         if capture is None or capture.output is None:
             return
-        self._pending = self.latest = self.summarise(pl_module, horizons, capture.output, step_coeffs, self._step)
+        self._pending = self.latest = self.summarise(self._module, horizons, capture.output, step_coeffs, self._step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self._release()
@@ -304,15 +303,15 @@ class GradDiagnostics(pl.Callback):
                 logger.log_metrics(self._pending.metrics, step=self._pending.step)
         elif self._step is not None and not self._warned:
             self._warned = True
-            rank_zero_warn("GradDiagnostics: the training step never called `step_probes`; nothing was measured")
+            rank_zero_warn("GradDiagnostics: the training step never called its step probes; nothing was measured")
         self._pending, self._step = None, None
 
     # ---- the computation ------------------------------------------------------------------
     def measure(self, pl_module, batch, step: int = 0) -> Snapshot:
         """The same measurement on a fresh forward of `batch` with the module's current weights."""
         horizons, trunk_hidden = forward_capturing_trunk(pl_module.model, batch)
-        coeffs, _, _, scale = pl_module.objective_coefficients(pl_module.local_counts(horizons), batch)
-        return self.summarise(pl_module, horizons, trunk_hidden, (coeffs * scale).to(torch.float32), step)
+        coeffs = pl_module.objective.coefficients(local_counts(horizons), batch["tokens"].numel(), pl_module.progress())
+        return self.summarise(pl_module, horizons, trunk_hidden, coeffs.applied, step)
 
     def summarise(self, pl_module, horizons, hidden, step_coeffs: torch.Tensor, step: int) -> Snapshot:
         """Per-horizon gradients -> norms, cosines, shares; `step_coeffs` as the step applies them on this rank."""

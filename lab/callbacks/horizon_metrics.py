@@ -7,6 +7,8 @@ import math
 import pytorch_lightning as pl
 import torch
 
+from lab.step import step_outputs
+
 
 def chain_acceptance_counts(row_correct: list[torch.Tensor], masks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per k: (#rows with horizons 1..k valid and all correct, #those rows with 1..k-1 correct).
@@ -35,19 +37,20 @@ class HorizonMetrics(pl.Callback):
         self._val: dict[str, torch.Tensor] = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if outputs is None or trainer.global_step % self.log_every_n_steps:
+        step = step_outputs(outputs)
+        if step is None or trainer.global_step % self.log_every_n_steps:
             return
-        counts = outputs["counts"]
+        counts = step.counts
         metrics = {}
         for k in range(1, counts.numel() + 1):
             i = k - 1
-            metrics[f"train/loss/h{k}"] = outputs["loss_sums"][i] / counts[i].clamp_min(1)
+            metrics[f"train/loss/h{k}"] = step.loss_sums[i] / counts[i].clamp_min(1)
             metrics[f"train/count/h{k}"] = counts[i]
-            metrics[f"train/weight_eff/h{k}"] = outputs["effective_weights"][i]
-            metrics[f"train/lambda/h{k}"] = outputs["lambdas"][i]
-            metrics[f"train/coef/h{k}"] = outputs["coefficients"][i]
-            if outputs["correct"] is not None:
-                metrics[f"train/acc/h{k}"] = outputs["correct"][i] / counts[i].clamp_min(1)
+            metrics[f"train/weight_eff/h{k}"] = step.effective_weights[i]
+            metrics[f"train/lambda/h{k}"] = step.lambdas[i]
+            metrics[f"train/coef/h{k}"] = step.coefficients[i]
+            if step.correct is not None:
+                metrics[f"train/acc/h{k}"] = step.correct[i] / counts[i].clamp_min(1)
         pl_module.log_dict({name: value.float() for name, value in metrics.items()}, on_step=True, on_epoch=False, batch_size=1)
 
     def on_validation_epoch_start(self, trainer, pl_module):

@@ -3,12 +3,15 @@
 import pytorch_lightning as pl
 import torch
 
+from lab.step import step_outputs
+
 
 class LogitLiveness(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if outputs is None:
+        step = step_outputs(outputs)
+        if step is None:
             return
-        metrics = {name: float(outputs[name]) for name in ("mem/logits_live_bytes", "mem/saved_peak_bytes")}
+        metrics = {"mem/logits_live_bytes": float(step.logits_live_bytes), "mem/saved_peak_bytes": float(step.saved_peak_bytes)}
         if torch.cuda.is_available() and pl_module.device.type == "cuda":
             metrics["mem/cuda_peak_bytes"] = float(torch.cuda.max_memory_allocated(pl_module.device))
             torch.cuda.reset_peak_memory_stats(pl_module.device)

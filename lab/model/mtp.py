@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+import dataclasses
+from collections.abc import Mapping
+
 from lab.errors import ConfigError, require
-from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class
+from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class, head_config
 from lab.model.trunk import ModelConfig, Trunk
 
 
@@ -24,20 +27,32 @@ def trunk_layers(model_cfg: ModelConfig, head_cfg: HeadConfig) -> int:
     return n
 
 
-def normalize_head_config(head_cfg: HeadConfig) -> HeadConfig:
-    """DeepSeek is configured by depth; K follows from it unless the user gave both."""
-    if head_cfg.name == "deepseek" and head_cfg.depth is not None and head_cfg.k is None:
-        head_cfg.k = head_cfg.depth + 1
-    if head_cfg.k is None:
-        raise ConfigError("head.k", "must be set (an integer ≥ 1)")
-    return head_cfg
+def model_config(values: Mapping | ModelConfig) -> ModelConfig:
+    """The typed, checked trunk config; fields left out take the `model` group's defaults."""
+    if isinstance(values, ModelConfig):
+        values = dataclasses.asdict(values)
+    known = [f.name for f in dataclasses.fields(ModelConfig)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(f"model.{unknown[0]}", f"unknown option; allowed: {', '.join(known)}")
+    cfg = ModelConfig(**values)
+    cfg.validate()
+    return cfg
+
+
+def build_model(model: Mapping, head: Mapping) -> "MTPModel":
+    """The network from the same mappings as the `model` and `head` config groups, checked like the CLI.
+
+    `build_model({"vocab_size": 13, "d_model": 32}, {"name": "deepseek", "depth": 2})`
+    """
+    return MTPModel(model_config(model), head_config(head))
 
 
 class MTPModel(nn.Module):
+    """Trunk + head from typed configs (`model_config`, `head_config` or `build_model` check them)."""
+
     def __init__(self, model_cfg: ModelConfig, head_cfg: HeadConfig):
         super().__init__()
-        head_cfg = normalize_head_config(head_cfg)
-        head_cfg.validate()
         self.model_cfg, self.head_cfg = model_cfg, head_cfg
         self.trunk = Trunk(model_cfg, trunk_layers(model_cfg, head_cfg))
         self.head = head_class(head_cfg.name)(head_cfg, model_cfg)

@@ -1,10 +1,16 @@
-"""Head registry: one file per architecture, selected by `head.name`."""
+"""Head registry: one file per architecture, selected by `head.name`.
+
+A new architecture is one file here (an `MTPHead` subclass, with a `HeadConfig` subclass if
+it has options of its own) plus one entry in `HEADS` and one YAML in `conf/head/`.
+"""
+
+from collections.abc import Mapping
 
 from lab.errors import ConfigError
 from lab.model.heads.anticausal import AnticausalHead
-from lab.model.heads.base import HeadConfig, Horizon, MTPHead, SharedParts
+from lab.model.heads.base import HeadConfig, Horizon, MTPHead, NextTokenPath, SharedParts
 from lab.model.heads.causal import CausalHead
-from lab.model.heads.deepseek import DeepSeekHead
+from lab.model.heads.deepseek import DeepSeekConfig, DeepSeekHead
 from lab.model.heads.linear import LinearHead
 from lab.model.heads.ntp import NextTokenHead
 from lab.model.heads.parallel import ParallelHead
@@ -25,4 +31,13 @@ def head_class(name: str) -> type[MTPHead]:
     return HEADS[name]
 
 
-__all__ = ["HEADS", "HeadConfig", "Horizon", "MTPHead", "SharedParts", "head_class"]
+def head_config(values: Mapping | HeadConfig) -> HeadConfig:
+    """The typed, checked config of head `values["name"]` (default `ntp`); fields left out take their defaults."""
+    if isinstance(values, HeadConfig):
+        values = {f: getattr(values, f) for f in values.__dataclass_fields__}
+    return head_class(values.get("name", "ntp")).build_config(dict(values))
+
+
+__all__ = [
+    "HEADS", "DeepSeekConfig", "HeadConfig", "Horizon", "MTPHead", "NextTokenPath", "SharedParts", "head_class", "head_config",
+]

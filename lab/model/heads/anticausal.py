@@ -8,6 +8,9 @@ class AnticausalHead(BlockStackHead):
     def main_path_blocks(cfg):
         return cfg.k * cfg.n_layers  # horizon 1 sits at the end of the whole chain
 
+    def next_token_stacks(self):
+        return list(range(self.k - 1, -1, -1))  # f_1 ∘ … ∘ f_K: stack K runs first
+
     def _chain(self, source, ctx, down_to: int) -> dict:
         """Rows of horizons K .. down_to, each the previous one pushed through its own stack."""
         rows, out = source, {}

@@ -8,7 +8,9 @@ V-wide logits exist.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -24,21 +26,19 @@ TRUNK_GRADS = ("joint", "detached")
 
 @dataclass
 class HeadConfig:
+    """Options every head has. A head with options of its own subclasses this (see DeepSeekConfig)
+    and names the subclass in its `config_class`; `MTPHead.build_config` fills and checks it."""
+
     name: str = "ntp"
-    k: int = 1
-    depth: int | None = None  # deepseek only: K = depth + 1
+    k: int | None = 1
     n_layers: int = 1  # transformer blocks per head (block heads)
     compute_matched: bool = True
     unembedding: str = "shared"
     init: str = "random"
     trunk_grad: str = "joint"
-    share_depth_weights: bool = False
-    hidden_input: str = "pre_norm"
-    fusion_order: str = "he"
-    extra: dict = field(default_factory=dict)
 
     def validate(self) -> None:
-        require(self.k >= 1, "head.k", f"must be ≥ 1, got {self.k}")
+        require(isinstance(self.k, int) and self.k >= 1, "head.k", f"must be an integer ≥ 1, got {self.k}")
         require(self.n_layers >= 1, "head.n_layers", f"must be ≥ 1, got {self.n_layers}")
         for name, value, allowed in (
             ("head.unembedding", self.unembedding, UNEMBEDDINGS),
@@ -96,8 +96,56 @@ class BlockStack(nn.Module):
         return x
 
 
+@dataclass(frozen=True)
+class NextTokenPath:
+    """What horizon 1 needs from a head, for a next-token-only release (lab/export.py).
+
+    `blocks`: head state-key prefixes of the transformer blocks horizon 1 runs right after
+    the trunk, in order (each becomes one more trunk block of the release).
+    `projection`: the head state key of horizon 1's own V×d projection (None: the trunk's).
+    `release_head`: the head config of the release; `kept`: head state keys it keeps as they are.
+    """
+
+    blocks: tuple[str, ...] = ()
+    projection: str | None = None
+    release_head: Mapping = dataclasses.field(default_factory=lambda: {"name": "ntp", "k": 1})
+    kept: tuple[str, ...] = ()
+
+
 class MTPHead(nn.Module):
-    """Base class: K horizons, optional replicated unembeddings, trunk-gradient ownership."""
+    """Base class: K horizons, optional replicated unembeddings, trunk-gradient ownership.
+
+    Everything the rest of the harness must know about one architecture lives on its class:
+    its config (`config_class`, `build_config`), compute matching (`main_path_blocks`), which
+    horizon each weight serves (`horizon_of`) and the next-token path (`next_token_path`).
+    """
+
+    config_class: type[HeadConfig] = HeadConfig
+    # Head containers whose index i holds horizon i + offset (e.g. `projections.0` is horizon 1).
+    horizon_containers: Mapping[str, int] = {"projections": 1}
+
+    @classmethod
+    def build_config(cls, values: Mapping) -> HeadConfig:
+        """The typed, checked config from a mapping (fields left out take their defaults)."""
+        known = [f.name for f in dataclasses.fields(cls.config_class)]
+        # An option another head has, set to null, means "not set" (a sweep sets `head.depth: null` for every head).
+        values = {key: value for key, value in values.items() if key in known or value is not None}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"head.{unknown[0]}", f"not an option of head '{values.get('name')}'; allowed: {', '.join(known)}")
+        cfg = cls.resolve_k(cls.config_class(**values))
+        cls.check_config(cfg)
+        return cfg
+
+    @classmethod
+    def resolve_k(cls, cfg: HeadConfig) -> HeadConfig:
+        """How K follows from the config; by default K is `head.k` itself."""
+        return cfg
+
+    @classmethod
+    def check_config(cls, cfg: HeadConfig) -> None:
+        """Start-up checks of this head's options (once, at build time)."""
+        cfg.validate()
 
     def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
         super().__init__()
@@ -140,12 +188,27 @@ class MTPHead(nn.Module):
             for stack in stacks[1:]:
                 stack.load_state_dict(copy.deepcopy(stacks[0].state_dict()))
 
+    def horizon_of(self, name: str) -> int | str:
+        """The horizon a head state key (relative to the head) serves; "all" for weights every horizon uses."""
+        container, _, rest = name.partition(".")
+        index = rest.split(".", 1)[0]
+        if container not in self.horizon_containers or not index.isdigit():
+            known = ", ".join(self.horizon_containers)
+            raise ValueError(f"no horizon rule for head parameter '{name}' of {type(self).__name__} (known containers: {known})")
+        return int(index) + self.horizon_containers[container]
+
+    def next_token_path(self) -> NextTokenPath:
+        """Horizon 1 is the trunk's own output projected by horizon 1's unembedding."""
+        return NextTokenPath(projection=None if self.projections is None else "projections.0")
+
     def forward(self, trunk_hidden: torch.Tensor, batch: dict, ctx: AttentionContext, shared: SharedParts) -> list[Horizon]:
         raise NotImplementedError
 
 
 class BlockStackHead(MTPHead):
     """Heads made of K block stacks (parallel, causal, anticausal); they differ only in wiring."""
+
+    horizon_containers = {**MTPHead.horizon_containers, "stacks": 1}
 
     def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
         super().__init__(cfg, model_cfg)
@@ -157,4 +220,12 @@ class BlockStackHead(MTPHead):
 
     def head_stacks(self) -> list[nn.Module]:
         return list(self.stacks)
+
+    def next_token_stacks(self) -> list[int]:
+        """Indices of the stacks horizon 1 runs after the trunk, in order (stack 0: horizon 1's own)."""
+        return [0]
+
+    def next_token_path(self) -> NextTokenPath:
+        blocks = tuple(f"stacks.{i}.blocks.{b}" for i in self.next_token_stacks() for b in range(len(self.stacks[i].blocks)))
+        return dataclasses.replace(super().next_token_path(), blocks=blocks)
 

@@ -11,16 +11,31 @@ state but no label stay as context and are not supervised. The embedding and the
 projection are the trunk's own Parameters (passed in as SharedParts, never copied).
 """
 
+import dataclasses
+from dataclasses import dataclass
+
 import torch
 import torch.nn as nn
 
 from lab.errors import ConfigError, require
 from lab.labels import chain_masks
-from lab.model.heads.base import Horizon, MTPHead, endpoint_horizon
+from lab.model.heads.base import HeadConfig, Horizon, MTPHead, endpoint_horizon
 from lab.model.trunk import AttentionContext, Block, RMSNorm
 
 HIDDEN_INPUTS = ("pre_norm", "post_norm")
 FUSION_ORDERS = ("he", "eh")
+
+
+@dataclass
+class DeepSeekConfig(HeadConfig):
+    """DeepSeek is configured by its depth D; K = D + 1 follows (giving both must agree)."""
+
+    name: str = "deepseek"
+    k: int | None = None
+    depth: int | None = None
+    share_depth_weights: bool = False  # one module reused at every depth
+    hidden_input: str = "pre_norm"  # the trunk state a depth-1 module consumes: before or after the final norm
+    fusion_order: str = "he"  # [hidden ; embedding] or [embedding ; hidden] before the 2d→d projection
 
 
 class DepthModule(nn.Module):
@@ -40,20 +55,41 @@ class DepthModule(nn.Module):
 
 
 class DeepSeekHead(MTPHead):
-    def __init__(self, cfg, model_cfg):
-        depth = cfg.depth if cfg.depth is not None else cfg.k - 1
-        require(depth >= 1, "head.depth", f"must be ≥ 1, got {depth}")
-        require(cfg.k == depth + 1, "head.k", f"deepseek needs head.k = head.depth + 1 = {depth + 1}, got {cfg.k}")
+    config_class = DeepSeekConfig
+    horizon_containers = {**MTPHead.horizon_containers, "depth_modules": 2}  # depth d predicts horizon d + 1
+
+    @classmethod
+    def resolve_k(cls, cfg):
+        if cfg.k is None and cfg.depth is not None:
+            return dataclasses.replace(cfg, k=cfg.depth + 1)
+        if cfg.depth is None and cfg.k is not None:
+            return dataclasses.replace(cfg, depth=cfg.k - 1)
+        return cfg
+
+    @classmethod
+    def check_config(cls, cfg):
+        require(cfg.depth is not None, "head.depth", "must be set (an integer ≥ 1); K = depth + 1 follows")
+        require(cfg.depth >= 1, "head.depth", f"must be ≥ 1, got {cfg.depth}")
+        require(cfg.k == cfg.depth + 1, "head.k", f"deepseek needs head.k = head.depth + 1 = {cfg.depth + 1}, got {cfg.k}")
+        super().check_config(cfg)
         require(cfg.unembedding == "shared", "head.unembedding", "deepseek shares the trunk's output head; allowed: shared")
         for name, value, allowed in (("head.hidden_input", cfg.hidden_input, HIDDEN_INPUTS), ("head.fusion_order", cfg.fusion_order, FUSION_ORDERS)):
             if value not in allowed:
                 raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
+
+    def __init__(self, cfg, model_cfg):
         super().__init__(cfg, model_cfg)
+        depth = cfg.depth
         self.depth = depth
         self.head_dim = model_cfg.d_model // model_cfg.n_heads
         self.rope_base = model_cfg.rope_base
         n_modules = 1 if cfg.share_depth_weights else depth
         self.depth_modules = nn.ModuleList(DepthModule(model_cfg, cfg.fusion_order) for _ in range(n_modules))
+
+    def horizon_of(self, name):
+        if name.startswith("depth_modules.") and self.cfg.share_depth_weights:
+            return "all"  # one module serves every depth
+        return super().horizon_of(name)
 
     def module_at(self, d: int) -> DepthModule:
         return self.depth_modules[0 if self.cfg.share_depth_weights else d - 1]

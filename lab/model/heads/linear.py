@@ -7,10 +7,13 @@ horizon projects the trunk state with its own V×d matrix.
 
 import torch.nn as nn
 
-from lab.model.heads.base import MTPHead, endpoint_horizon
+import dataclasses
+
+from lab.model.heads.base import MTPHead, NextTokenPath, endpoint_horizon
 
 
 class LinearHead(MTPHead):
+    horizon_containers = {**MTPHead.horizon_containers, "maps": 1}
     def __init__(self, cfg, model_cfg):
         super().__init__(cfg, model_cfg)
         d = model_cfg.d_model
@@ -23,3 +26,10 @@ class LinearHead(MTPHead):
             rows = source if self.maps is None else self.maps[k - 1](source)  # [B, S, d]
             horizons.append(endpoint_horizon(k, rows, batch, shared.final_norm, self.projection(k, shared)))
         return horizons
+
+    def next_token_path(self) -> NextTokenPath:
+        path = super().next_token_path()
+        if self.maps is None:
+            return path
+        # A d×d map before the shared norm is no block: the release keeps it as a K = 1 linear head.
+        return dataclasses.replace(path, release_head={"name": "linear", "k": 1, "compute_matched": False}, kept=("maps.0.weight",))

@@ -5,9 +5,10 @@ from lab.model.heads.base import MTPHead, endpoint_horizon
 
 
 class NextTokenHead(MTPHead):
-    def __init__(self, cfg, model_cfg):
+    @classmethod
+    def check_config(cls, cfg):
+        super().check_config(cfg)
         require(cfg.k == 1, "head.k", f"the ntp head predicts one horizon; got head.k={cfg.k}")
-        super().__init__(cfg, model_cfg)
 
     def forward(self, trunk_hidden, batch, ctx, shared):
         return [endpoint_horizon(1, trunk_hidden, batch, shared.final_norm, self.projection(1, shared))]

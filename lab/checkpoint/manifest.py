@@ -1,0 +1,159 @@
+"""The checkpoint manifest: what an MTP checkpoint means, and the comparison that refuses a foreign one.
+
+An MTP checkpoint only means something together with its semantics: which weight
+belongs to which horizon, which names are one Parameter, which λ schedule and reduction
+produced it, on which tokenizer and corpus. `build_manifest` records that in plain
+dicts, lists and scalars (so `torch.load(weights_only=True)` reads it back);
+`compare_manifests` names the first field where a checkpoint and the composed config differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from lab.errors import ConfigError
+from lab.model.mtp import alias_groups
+from lab.run_record import package_versions
+
+MANIFEST_FORMAT = 1
+# Rows pack EOS-terminated documents; segment_ids number document occurrences in a row
+# (-1 = padding), position_ids restart at 0 in every document, attention is document-causal.
+PACKING = "eos-packed/segment-ids/position-restart/v1"
+# Manifest entries that must agree for a resume, in the order they are checked, with the
+# config field each one names in an error. Versions and the schedule position are state, not config.
+CHECKED_FIELDS = {
+    "format": "manifest.format",
+    "head": "head.name",
+    "k": "head.k",
+    "depth": "head.depth",
+    "head_config": "head",
+    "tokenizer": "tokenizer",
+    "corpus_fingerprint": "data.corpus_fingerprint",
+    "model": "model",
+    "packing": "data.packing",
+    "seq_len": "data.seq_len",
+    "batch_size": "data.batch_size",
+    "data_seed": "data.seed",
+    "weights": "weights",
+    "reduction": "reduction.policy",
+    "count_scope": "reduction.count_scope",
+    "fixed_denominator": "reduction.fixed_denominator",
+    "schedule": "schedule.name",
+    "chunk_rows": "schedule.chunk_rows",
+    "horizons": "horizons",
+    "aliases": "aliases",
+}
+
+
+# ---------------------------------------------------------------------------- manifest
+
+
+def plain(value: Any) -> Any:
+    """Dicts, lists and scalars only: safe for weights_only loading and for JSON."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    raise TypeError(f"not a plain manifest value: {type(value).__name__}")
+
+
+def horizon_map(model) -> dict[str, int | str]:
+    """Every `model.head.*` state key → the horizon it serves (the head class knows: `horizon_of`)."""
+    return {f"model.head.{name}": model.head.horizon_of(name) for name in model.head.state_dict()}
+
+
+def alias_key_groups(model) -> list[list[str]]:
+    """State keys that must hold one tensor because they are one Parameter.
+
+    Registered duplicates come from `alias_groups`. A tied unembedding has no key of its
+    own; `trunk.unembed` is where an untied one lives, so a tied checkpoint that carries
+    it with other values holds a broken alias.
+    """
+    groups = [[f"model.{name}" for name in names] for names in alias_groups(model)]
+    if model.model_cfg.tie_embeddings:
+        groups.append(["model.trunk.embed.weight", "model.trunk.unembed"])
+    return groups
+
+
+def build_manifest(module, datamodule=None) -> dict:
+    """What a checkpoint (and run.json) of `module` means; `datamodule` supplies tokenizer and corpus."""
+    model, hp, objective = module.model, module.hparams, module.objective
+    datamodule = _lm_data(datamodule)
+    data = None if datamodule is None else datamodule.config
+    return {
+        "format": MANIFEST_FORMAT,
+        "head": model.head_cfg.name,
+        "k": model.k,
+        "depth": getattr(model.head, "depth", None),
+        "head_config": plain(model.head_cfg),
+        "model": plain(model.model_cfg),
+        "horizons": horizon_map(model),
+        "aliases": alias_key_groups(model),
+        "weights": plain(hp.weights),
+        "weight_position": {"step": int(module.global_step), "consumed_tokens": int(module.consumed_tokens)},
+        "reduction": objective.reduction.policy,
+        "count_scope": objective.reduction.count_scope,
+        "fixed_denominator": objective.reduction.fixed_denominator,
+        "schedule": objective.schedule.name,
+        "chunk_rows": objective.schedule.chunk_rows,
+        "packing": PACKING,
+        "seq_len": None if data is None else data.seq_len,
+        "batch_size": None if data is None else data.batch_size,
+        "data_seed": None if data is None else data.seed,
+        "tokenizer": None if datamodule is None else plain(datamodule.tokenizer_identity),
+        "corpus_fingerprint": None if datamodule is None else datamodule.corpus_fingerprint,
+        "versions": package_versions(),
+    }
+
+
+def _lm_data(datamodule):
+    """The datamodule when it is an LMDataModule (plain loaders and test doubles have no tokenizer)."""
+    return datamodule if hasattr(datamodule, "tokenizer_identity") and hasattr(datamodule, "config") else None
+
+
+def tokenizer_payload(datamodule) -> dict | None:
+    """The tokenizer travels with the checkpoint (identity, and for BPE its JSON) so a release can ship it."""
+    datamodule = _lm_data(datamodule)
+    if datamodule is None:
+        return None
+    inner = getattr(datamodule.tokenizer, "_tokenizer", None)  # the HF tokenizer behind a BPE
+    return {"identity": plain(datamodule.tokenizer_identity), "json": None if inner is None else inner.to_str()}
+
+
+# -------------------------------------------------------------------------- comparison
+
+
+def _short(value: Any) -> str:
+    text = "missing" if value is _MISSING else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_MISSING = object()
+
+
+def first_difference(saved: Any, expected: Any, path: str) -> str | None:
+    """`path differs: checkpoint has X, config has Y` for the first differing leaf, else None."""
+    if isinstance(saved, dict) and isinstance(expected, dict):
+        # A group's `name`/`kind` first: "weights.name differs" says more than a missing option.
+        for key in sorted(set(saved) | set(expected), key=lambda k: (k not in ("name", "kind"), str(k))):
+            found = first_difference(saved.get(key, _MISSING), expected.get(key, _MISSING), f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if saved == expected and type(saved) is type(expected):
+        return None
+    if isinstance(saved, (int, float)) and isinstance(expected, (int, float)) and not isinstance(saved, bool) and saved == expected:
+        return None  # 1 and 1.0 are the same setting
+    return f"{path} differs: checkpoint has {_short(saved)}, config has {_short(expected)}"
+
+
+def compare_manifests(saved: dict, expected: dict) -> None:
+    for key, field in CHECKED_FIELDS.items():
+        found = first_difference(saved.get(key, _MISSING), expected.get(key, _MISSING), field)
+        if found:
+            raise ConfigError("checkpoint", found)

@@ -1,0 +1,118 @@
+"""The objective of one run: reduction policy, count scope, λ schedule and backward schedule.
+
+Built once from the `reduction`, `weights` and `schedule` config groups (every check runs
+here, at build time); the training step then asks it for the step's coefficients and for
+the loss it logs, with no further checks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+from lab.distributed import all_reduce_sum, world_size
+from lab.errors import ConfigError, require
+from lab.objective.backward import BACKWARD_SCHEDULES, build_backward_schedule
+from lab.objective.reductions import POLICIES, effective_weights, validate_reduction
+from lab.objective.weights import Progress, WeightSchedule, build_weight_schedule
+
+COUNT_SCOPES = ("global", "local")
+
+
+def typed(cls, values: Mapping, group: str):
+    """`cls(**values)`, refusing an option `cls` does not have with one line naming it."""
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(f"{group}.{unknown[0]}", f"unknown option; allowed: {', '.join(known)}")
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class ReductionConfig:
+    policy: str = "head_mean"
+    count_scope: str = "global"  # global: exact under DDP; local: each rank normalises by its own counts
+    fixed_denominator: float | None = None  # None: token positions in the (global) batch
+
+    def __post_init__(self) -> None:
+        if self.fixed_denominator is not None:
+            value = self.fixed_denominator
+            require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
+                    "reduction.fixed_denominator", f"must be a finite number > 0, got {value}")
+        validate_reduction(self.policy, self.fixed_denominator if self.fixed_denominator is not None else 1)
+        if self.count_scope not in COUNT_SCOPES:
+            raise ConfigError("reduction.count_scope", f"unknown '{self.count_scope}'; allowed: {', '.join(COUNT_SCOPES)}")
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    name: str = "sequential"
+    chunk_rows: int | None = None  # rows per F.linear_cross_entropy chunk (`chunked` only)
+
+    def __post_init__(self) -> None:
+        if self.name not in BACKWARD_SCHEDULES:
+            raise ConfigError("schedule.name", f"unknown '{self.name}'; allowed: {', '.join(BACKWARD_SCHEDULES)}")
+        if self.name == "chunked":
+            require(isinstance(self.chunk_rows, int) and not isinstance(self.chunk_rows, bool) and self.chunk_rows >= 1,
+                    "schedule.chunk_rows", f"must be an integer ≥ 1, got {self.chunk_rows}")
+
+
+@dataclass(frozen=True)
+class StepCoefficients:
+    """The reduction's coefficients for one step, and what they were computed from."""
+
+    coefficients: Tensor  # [K] float64 c_k
+    counts: Tensor  # [K] float64 N_k: summed over ranks (count_scope=global) or this rank's (local)
+    lambdas: Tensor  # [K] float64 λ_k
+    scale: int  # world size under global counts (DDP averages gradients over ranks), else 1
+
+    @property
+    def applied(self) -> Tensor:
+        """[K] float32: what this rank's backward multiplies each S_k by."""
+        return (self.coefficients * self.scale).to(torch.float32)
+
+    @property
+    def effective_weights(self) -> Tensor:
+        return effective_weights(self.coefficients, self.counts)
+
+
+class Objective:
+    def __init__(self, reduction: ReductionConfig, schedule: ScheduleConfig, weight_schedule: WeightSchedule):
+        self.reduction, self.schedule = reduction, schedule
+        self.weight_schedule = weight_schedule
+        self.backward_schedule = build_backward_schedule(schedule.name, schedule.chunk_rows)
+        self._policy = POLICIES[reduction.policy]
+
+    @classmethod
+    def build(cls, reduction: Mapping, weights: Mapping, schedule: Mapping, k: int) -> Objective:
+        """From the config groups' mappings, for K horizons; every check of these groups runs here."""
+        options = {key: value for key, value in weights.items() if key != "name"}
+        return cls(typed(ReductionConfig, reduction, "reduction"), typed(ScheduleConfig, schedule, "schedule"),
+                   build_weight_schedule(weights["name"], k, **options))
+
+    @property
+    def global_counts(self) -> bool:
+        return self.reduction.count_scope == "global"
+
+    def coefficients(self, local_counts: Tensor, positions: int, progress: Progress) -> StepCoefficients:
+        """c_k from the counts of the configured scope; `positions` = token positions in this rank's batch."""
+        lambdas = self.weight_schedule.lambdas(progress)  # [K] float64
+        world = world_size() if self.global_counts else 1
+        counts = all_reduce_sum(local_counts) if self.global_counts else local_counts  # [K]
+        fixed = self.reduction.fixed_denominator
+        denominator = float(fixed if fixed is not None else positions * world)
+        coeffs = self._policy(counts.to(torch.float64), lambdas.to(counts.device, torch.float64), denominator)
+        return StepCoefficients(coeffs, counts, lambdas, world)
+
+    def loss(self, local_sums: Tensor, step: StepCoefficients) -> tuple[Tensor, Tensor]:
+        """(the objective this step optimises, over all ranks; S_k summed over ranks), both float64."""
+        global_sums = all_reduce_sum(local_sums.to(torch.float64))  # [K]
+        if self.global_counts:
+            return (step.coefficients * global_sums).sum(), global_sums
+        # Each rank normalised by its own counts; DDP averages the ranks' gradients.
+        local = (step.coefficients * local_sums.to(torch.float64)).sum()
+        return all_reduce_sum(local) / world_size(), global_sums

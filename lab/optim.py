@@ -1,0 +1,43 @@
+"""AdamW with linear warm-up and cosine decay: the `optim` config group as one typed object."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 3e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.1
+    warmup_steps: int = 30
+    min_lr_ratio: float = 0.1
+    grad_clip: float | None = 1.0  # max global gradient norm; None: no clipping
+
+    def __post_init__(self) -> None:
+        # Values are torch's to check (`optim.lr=-1` fails in fit as torch words it).
+        object.__setattr__(self, "betas", tuple(self.betas))
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
+    """(AdamW, LambdaLR stepped once per optimizer step); matrices decay, vectors do not."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=cfg.betas,
+    )
+    warmup = max(1, int(cfg.warmup_steps))
+    floor = cfg.min_lr_ratio
+
+    def lr_factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)

@@ -1,0 +1,139 @@
+"""One training step, read top to bottom: forward, coefficients, probes, logits, loss check, update.
+
+`train_step` is the only implementation of the step: the LightningModule calls it with
+Lightning's backward and optimizer (`MTPLitModule.training_step`), the plain-PyTorch
+benchmark loop with torch's (`PlainOptimization`), so the two differ only in the harness.
+It returns a typed `StepOutputs` that callbacks read by attribute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from lab.distributed import all_reduce_sum
+from lab.model.heads import Horizon
+from lab.objective.liveness import logit_bytes
+from lab.objective.memory import SavedTensorMeter
+from lab.objective.objective import Objective
+from lab.objective.weights import Progress
+
+
+class StepProbe(Protocol):
+    """Reads the step's forward graph between the forward and the first backward (GradDiagnostics).
+
+    Must not write `.grad`, draw random numbers or change the graph: the step continues on it.
+    `step_coeffs` [K] float32 are the coefficients this rank's backward applies.
+    """
+
+    def __call__(self, batch: dict, horizons: list[Horizon], step_coeffs: Tensor) -> None: ...
+
+
+class Optimization(Protocol):
+    """How a loop applies gradients: Lightning's (manual_backward, clip_gradients, LightningOptimizer) or torch's."""
+
+    def zero_grad(self) -> None: ...
+    def backward(self, root: Tensor) -> None: ...
+    def update(self) -> None: ...  # clip, optimizer step, LR scheduler step
+
+
+class PlainOptimization:
+    """Plain PyTorch: `root.backward()`, `clip_grad_norm_`, optimizer and LR scheduler steps."""
+
+    def __init__(self, model: torch.nn.Module, optimizer, scheduler, grad_clip: float | None):
+        self.model, self.optimizer, self.scheduler, self.grad_clip = model, optimizer, scheduler, grad_clip
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, root: Tensor) -> None:
+        root.backward()
+
+    def update(self) -> None:
+        if self.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+
+
+@dataclass
+class StepOutputs:
+    """Per-step statistics (detached). Sums and hits are over all ranks; see `counts` for the count scope."""
+
+    loss: Tensor  # [] float64: the objective the step optimised (Σ_k c_k S_k, over ranks); logged as train/loss
+    loss_sums: Tensor  # [K] float64 S_k summed over ranks
+    counts: Tensor  # [K] float64 N_k the coefficients were computed from (over ranks, or this rank's for count_scope=local)
+    local_counts: Tensor  # [K] this rank's N_k
+    correct: Tensor | None  # [K] float64 top-1 hits over ranks; None when no logits exist (chunked)
+    coefficients: Tensor  # [K] float64 c_k
+    lambdas: Tensor  # [K] float64 λ_k
+    effective_weights: Tensor  # [K] c_k N_k / Σ_j c_j N_j
+    tokens: int  # active tokens over ranks (the weight schedule's position advances by this)
+    logits_live_bytes: int  # logical peak of live V-wide logits under the backward schedule
+    saved_peak_bytes: int | None  # measured peak of tensors saved for backward; None when not measured
+
+
+def step_outputs(outputs) -> StepOutputs | None:
+    """The StepOutputs inside what Lightning hands `on_train_batch_end` (None when there is none)."""
+    return None if outputs is None else outputs.get("step")
+
+
+def local_counts(horizons: Sequence[Horizon]) -> Tensor:
+    """[K] float64 valid rows per horizon on this rank."""
+    return torch.stack([h.mask.sum() for h in horizons]).to(torch.float64)  # [K]
+
+
+def train_step(
+    model: torch.nn.Module,
+    objective: Objective,
+    batch: dict,
+    progress: Progress,
+    optimization: Optimization,
+    *,
+    probes: Sequence[StepProbe] = (),
+    measure_memory: bool = True,
+) -> StepOutputs:
+    optimization.zero_grad()
+    meter = SavedTensorMeter(exclude=model.parameters()) if measure_memory else contextlib.nullcontext()
+    with meter:
+        # 1. Forward: one Horizon (d-wide rows, labels, mask, projection) per predicted offset.
+        horizons = model(batch)
+        # 2. Coefficients c_k from the valid counts (all-reduced for count_scope=global) and λ(progress).
+        coeffs = objective.coefficients(local_counts(horizons), batch["tokens"].numel(), progress)
+        # 3. Probes read this step's graph before any backward; the meter does not count them.
+        if probes:
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                for probe in probes:
+                    probe(batch, horizons, coeffs.applied)
+        # 4. Backward schedule: V-wide logits and cross-entropy per horizon; `root` carries the gradient to the Parameters.
+        root, stats = objective.backward_schedule.run(horizons, coeffs.applied)
+        # 5. The loss over ranks; a non-finite one stops the run before any Parameter gradient exists.
+        loss, global_sums = objective.loss(stats.loss_sums, coeffs)
+        if not torch.isfinite(loss):
+            # `progress.step` = the step metrics.csv logs this batch under (the update count before it).
+            raise FloatingPointError(f"non-finite loss at step {progress.step} ({float(loss)}); the update was not applied")
+        # 6. One backward through heads and trunk (under DDP the only one that synchronises).
+        optimization.backward(root)
+    # 7. Clip, optimizer step, LR schedule step.
+    optimization.update()
+    return StepOutputs(
+        loss=loss.detach(),
+        loss_sums=global_sums,
+        counts=coeffs.counts,
+        local_counts=stats.counts,
+        correct=None if stats.correct is None else all_reduce_sum(stats.correct.to(torch.float64)),
+        coefficients=coeffs.coefficients,
+        lambdas=coeffs.lambdas,
+        effective_weights=coeffs.effective_weights,
+        tokens=int(all_reduce_sum(batch["active"].sum()).item()),
+        logits_live_bytes=logit_bytes(
+            stats.counts.tolist(), horizons[0].weight.shape[0], schedule=objective.schedule.name,
+            bytes_per_element=horizons[0].hidden.element_size(), chunk_rows=objective.schedule.chunk_rows,
+        ),
+        saved_peak_bytes=meter.peak_bytes if measure_memory else None,
+    )

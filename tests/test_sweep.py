@@ -13,7 +13,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from lab.config_checks import check_group_overrides, validate_config
+from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
 from lab.errors import ConfigError
 from lab.module import MTPLitModule
 from lab.train import CONF_DIR
@@ -154,11 +154,12 @@ def test_every_experiment_job_composes_and_builds(name):
             small = ["model.d_model=32", "model.n_heads=2", "paths.output_dir=/tmp/unused"]
             cfg = compose("train", overrides=[f"experiment={name}", *overrides, *small], return_hydra_config=True)
             assert cfg.hydra.mode.name == "MULTIRUN" and cfg.sweep_name == name
-            validate_config(cfg)
+            check_run_config(cfg)
             model = OmegaConf.to_container(cfg.model, resolve=True)
             model["vocab_size"] = model["vocab_size"] or cfg.data.vocab_size or 259
             parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("head", "reduction", "weights", "schedule", "optim")}
             module = MTPLitModule(model=model, total_steps=int(cfg.trainer.max_steps), **parts)
+            check_horizons_fit(module.model.k, cfg.data.seq_len)
             if name == "quick_ablation":
                 assert module.model.k == (1 if cfg.head.name == "ntp" else 4)
 

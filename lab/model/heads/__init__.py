@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from lab.errors import ConfigError
 from lab.model.heads.anticausal import AnticausalHead
-from lab.model.heads.base import HeadConfig, Horizon, MTPHead, NextTokenPath, SharedParts
+from lab.model.heads.base import HeadConfig, Horizon, MTPHead, NextTokenPath, SharedParts, endpoint_horizon
 from lab.model.heads.causal import CausalHead
 from lab.model.heads.deepseek import DeepSeekConfig, DeepSeekHead
 from lab.model.heads.linear import LinearHead
@@ -39,5 +39,6 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 
 
 __all__ = [
-    "HEADS", "DeepSeekConfig", "HeadConfig", "Horizon", "MTPHead", "NextTokenPath", "SharedParts", "head_class", "head_config",
+    "HEADS", "DeepSeekConfig", "HeadConfig", "Horizon", "MTPHead", "NextTokenPath", "SharedParts", "endpoint_horizon", "head_class",
+    "head_config",
 ]

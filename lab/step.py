@@ -18,7 +18,7 @@ from torch import Tensor
 
 from lab.distributed import all_reduce_sum
 from lab.model.heads import Horizon
-from lab.objective.liveness import logit_bytes
+from lab.objective.logit_bytes import logit_bytes
 from lab.objective.memory import SavedTensorMeter
 from lab.objective.objective import Objective
 from lab.objective.weights import Progress

@@ -20,8 +20,8 @@ from lab.checkpoint_io import SafeCheckpointIO
 from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
 from lab.csv_history import keep_csv_history
 from lab.errors import ConfigError
-from lab.report.wandb_source import mark_wandb_run_failed
 from lab.run_record import RunRecord
+from lab.wandb_status import finish_wandb, mark_wandb_run_failed
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -81,16 +81,6 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     if not Path(cfg.ckpt_path).exists():
         raise ConfigError("ckpt_path", f"no such checkpoint: {cfg.ckpt_path}")
     return str(cfg.ckpt_path)
-
-
-def finish_wandb() -> None:
-    try:
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish()
-    except Exception:  # a logger failure must not hide the job's own error
-        pass
 
 
 def run(cfg: DictConfig) -> float | None:

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from lab.model.trunk import ModelConfig
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny tensors: intra-op threads only add overhead (20x on a loaded machine). Restored afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 
 PAD = 0
 VOCAB = 37

@@ -9,10 +9,11 @@ horizon 4 is empty.
 import pytest
 import torch
 
-from helpers import single_thread  # noqa: F401 -- autouse fixture: one intra-op thread
-from helpers import build_model, grads, horizon_sums, packed_batch, short_docs_batch
 from lab.errors import ConfigError
 from lab.objective import POLICIES, build_backward_schedule, coefficients, evaluate_horizons
+from tests.helpers import build_model, grads, horizon_sums, packed_batch, short_docs_batch
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
 HEADS = {
     "ntp": dict(name="ntp", k=1),

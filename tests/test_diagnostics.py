@@ -15,9 +15,6 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from helpers import single_thread  # noqa: F401 -- autouse fixture: one intra-op thread
-from helpers import VOCAB, build_model, horizon_sums, make_batch, model_config, packed_batch
-from lab.callbacks.figures import ValidationFigures
 from lab.callbacks.grad_diagnostics import (
     GradDiagnostics,
     gram,
@@ -27,12 +24,16 @@ from lab.callbacks.grad_diagnostics import (
     resolve_groups,
 )
 from lab.callbacks.horizon_metrics import chain_acceptance_counts
+from lab.callbacks.validation_figures import ValidationFigures
 from lab.errors import ConfigError
 from lab.model.heads import Horizon
 from lab.model.trunk import RMSNorm
 from lab.module import MTPLitModule
 from lab.step import local_counts
+from tests.helpers import VOCAB, build_model, horizon_sums, make_batch, model_config, packed_batch
 from tests.cli import TINY, lab_train, wandb_history_keys
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
 
 # ---- constructed cases --------------------------------------------------------------------

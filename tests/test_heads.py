@@ -5,13 +5,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers import single_thread  # noqa: F401 -- autouse fixture: one intra-op thread
-from helpers import PAD, VOCAB, assert_close_rel, build_model, horizon_sums, loss_and_grads, make_batch, model_config, packed_batch
 from lab.errors import ConfigError
 from lab.labels import chain_masks, horizon_mask
 from lab.model.heads import head_class, head_config
 from lab.model.mtp import MTPModel, alias_groups, parameter_table
 from lab.model.trunk import Block
+from tests.helpers import PAD, VOCAB, assert_close_rel, build_model, horizon_sums, loss_and_grads, make_batch, model_config, packed_batch
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
 # Every head at K = 3 (DeepSeek depth 2), with the default compute matching where the depth allows it.
 CASES = {

@@ -9,9 +9,9 @@ interval rule  chain state[t] = tokens t..t+depth active and in seg[t];
 import pytest
 import torch
 
-from helpers import PAD, make_batch
 from lab.errors import ConfigError
 from lab.labels import chain_masks, horizon_mask
+from tests.helpers import PAD, make_batch
 
 
 def bools(rows):

@@ -124,7 +124,7 @@ def test_rebuild_is_idempotent_byte_for_byte(fake_sweep):
 
 
 def test_analysis_figures_are_deterministic(fake_sweep, tmp_path):
-    runs = [subprocess.run([sys.executable, "-m", "analysis.figures", str(fake_sweep), "--out", str(tmp_path / f"out{i}")],
+    runs = [subprocess.run([sys.executable, "-m", "analysis.paper_figures", str(fake_sweep), "--out", str(tmp_path / f"out{i}")],
                            capture_output=True, text=True, timeout=120) for i in range(2)]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
     first, second = digests(tmp_path / "out0"), digests(tmp_path / "out1")

@@ -95,7 +95,7 @@ def test_lab_report_rebuild_is_idempotent_and_figures_deterministic(joblib_sweep
     outs = []
     for i in range(2):
         out = tmp_path / f"paper{i}"
-        run = subprocess.run([sys.executable, "-m", "analysis.figures", str(joblib_sweep), "--out", str(out)], check=False, capture_output=True, text=True, timeout=120)
+        run = subprocess.run([sys.executable, "-m", "analysis.paper_figures", str(joblib_sweep), "--out", str(out)], check=False, capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr[-2000:]
         outs.append(digests(out.glob("*.png")))
     assert outs[0] == outs[1] and {"table_s4_architectures.png", "medusa_head_accuracy.png", "deepseek_lambda_effect.png"} <= set(outs[0])

@@ -18,7 +18,7 @@ from lab.checkpoint import build_manifest, load_checkpoint, validate_checkpoint
 from lab.errors import ConfigError
 from lab.export import export, load_release
 from lab.model.heads import HEADS, HeadConfig, MTPHead, endpoint_horizon
-from tests.fit_helpers import compose_cfg, fit
+from tests.fit_helpers import fit
 
 
 @dataclass
@@ -54,8 +54,8 @@ def toy_registered(monkeypatch):
     monkeypatch.setitem(HEADS, "toy", ToyHead)
 
 
-def test_toy_head_trains_checkpoints_resumes_and_exports(toy_registered, tmp_path, cache_dir):
-    cfg = compose_cfg(*TOY, cache_dir=cache_dir)
+def test_toy_head_trains_checkpoints_resumes_and_exports(toy_registered, tmp_path, tiny_cfg):
+    cfg = tiny_cfg(*TOY)
     # Uninterrupted: 4 steps. Interrupted: 2 steps, then a resume from the step-2 checkpoint to 4.
     _, full, datamodule = fit(cfg, tmp_path / "full", max_steps=4)
     fit(cfg, tmp_path / "first", max_steps=2)
@@ -71,7 +71,7 @@ def test_toy_head_trains_checkpoints_resumes_and_exports(toy_registered, tmp_pat
     # A checkpoint of this very experiment is accepted; the same head with another option is refused.
     _, module = _build(cfg)
     validate_checkpoint(checkpoint_path, build_manifest(module, datamodule), module)
-    _, other = _build(compose_cfg("head.name=toy", "head.k=3", "+head.init_gain=0.25", cache_dir=cache_dir))
+    _, other = _build(tiny_cfg("head.name=toy", "head.k=3", "+head.init_gain=0.25"))
     with pytest.raises(ConfigError, match=r"^checkpoint: head\.init_gain differs: checkpoint has 0\.5, config has 0\.25"):
         validate_checkpoint(checkpoint_path, build_manifest(other, datamodule), other)
 
@@ -93,11 +93,11 @@ def test_toy_head_trains_checkpoints_resumes_and_exports(toy_registered, tmp_pat
     assert isinstance(kept.head, ToyHead) and torch.equal(kept.head.gains[1], model.head.gains[1])
 
 
-def test_toy_head_options_are_checked_once_at_build(toy_registered, cache_dir):
+def test_toy_head_options_are_checked_once_at_build(toy_registered, tiny_cfg):
     with pytest.raises(ConfigError, match=r"^head\.init_gain: must be > 0"):
-        _build(compose_cfg("head.name=toy", "head.k=2", "+head.init_gain=0", cache_dir=cache_dir))
+        _build(tiny_cfg("head.name=toy", "head.k=2", "+head.init_gain=0"))
     with pytest.raises(ConfigError, match=r"^head\.depth: not an option of head 'toy'"):
-        _build(compose_cfg("head.name=toy", "head.k=2", "+head.depth=2", cache_dir=cache_dir))
+        _build(tiny_cfg("head.name=toy", "head.k=2", "+head.depth=2"))
 
 
 def _build(cfg):

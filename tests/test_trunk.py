@@ -1,10 +1,12 @@
 """Trunk: document-causal attention, per-document rotary positions, tied embeddings."""
 
+import pytest
 import torch
 
-from helpers import single_thread  # noqa: F401 -- autouse fixture: one intra-op thread
-from helpers import PAD, VOCAB, make_batch, model_config
 from lab.model.trunk import Trunk
+from tests.helpers import PAD, VOCAB, make_batch, model_config
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
 # Row: document A (5 tokens) then document B (6 tokens) then one pad.
 A, B = slice(0, 5), slice(5, 11)

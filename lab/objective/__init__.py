@@ -4,7 +4,7 @@ Public API (DESIGN.md §5): `POLICIES`, `coefficients`, `logit_bytes`.
 """
 
 from lab.objective.backward import BACKWARD_SCHEDULES, HorizonStats, build_backward_schedule, evaluate_horizons
-from lab.objective.liveness import logit_bytes
+from lab.objective.logit_bytes import logit_bytes
 from lab.objective.reductions import POLICIES, coefficients, effective_weights, reduced_loss, validate_reduction
 from lab.objective.weights import WEIGHT_SCHEDULES, Progress, build_weight_schedule
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.report.figures import write_report_figures
+from lab.report.sweep_figures import write_report_figures
 from lab.report.records import FIGURES_DIR, ReportError, Sweep, collect_sweep
 from lab.report.render import html_page, markdown
 from lab.report.table import runs_csv_text, variants

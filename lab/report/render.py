@@ -7,7 +7,7 @@ import html
 import re
 from pathlib import Path
 
-from lab.report.figures import order_key
+from lab.report.sweep_figures import order_key
 from lab.report.records import Sweep
 from lab.report.table import (
     Variant,

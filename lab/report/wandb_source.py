@@ -46,16 +46,3 @@ def sweep_from_wandb(path: str, group: str) -> Sweep:
     if not runs:
         raise ReportError(f"--wandb {path} --group {group}: no runs in this group")
     return sweep_from_wandb_runs(runs, source=f"wandb:{path}/{group}", name=group)
-
-
-def mark_wandb_run_failed(reason: str) -> None:
-    """Called by a failing job before it closes its wandb run: `status`/`error` in the run summary
-    (what `record_from_wandb` reads) and a non-zero exit code, so the run shows as failed in wandb."""
-    try:
-        import wandb
-
-        if wandb.run is not None:
-            wandb.run.summary.update({"status": "failed", "error": reason})
-            wandb.finish(exit_code=1)
-    except Exception:  # a logger failure must not hide the job's own error
-        pass

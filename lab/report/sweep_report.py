@@ -1,4 +1,4 @@
-"""Hydra callbacks for sweeps (registered in conf/hydra/default.yaml under `hydra.callbacks`).
+"""The sweep-report Hydra callback (registered in conf/hydra/default.yaml under `hydra.callbacks`).
 
 `SweepReport.on_multirun_end` writes the sweep report into the sweep directory once all
 jobs have returned. A failed job does not stop the sweep: `lab.train.run` records it in
@@ -6,13 +6,6 @@ its run.json and returns, so Hydra's sweeper goes on to the next job (both the b
 the joblib launcher would otherwise re-raise the first job exception after the batch and
 skip `on_multirun_end`). When any job failed, the command exits with status 1 after the
 report is written.
-
-`SingleJobArgv` makes multi-process (DDP) jobs safe inside a sweep. Lightning's `ddp`
-strategy starts ranks 1..N-1 by re-running `sys.argv` (plus `hydra.run.dir=<run dir>`);
-inside a multirun that argv still holds `-m` and the sweep lists, so every rank would
-launch the whole sweep again. While a job runs, this callback replaces `sys.argv` with
-that job's own overrides and `hydra.mode=RUN`, and points `hydra.run.dir` at the job's
-directory, so the extra ranks run exactly this job, in this job's directory.
 """
 
 from __future__ import annotations
@@ -21,39 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, read_write
+from omegaconf import DictConfig
 
 from lab.report.records import ReportError
-
-
-def is_multirun() -> bool:
-    try:
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    except ValueError:
-        return False
-
-
-class SingleJobArgv(Callback):
-    def __init__(self) -> None:
-        self._saved_argv: list[str] | None = None
-
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not is_multirun():
-            return
-        hydra_cfg = HydraConfig.get()
-        self._saved_argv = list(sys.argv)
-        overrides = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task)]
-        sys.argv = [sys.argv[0], *overrides, "hydra.mode=RUN"]
-        with read_write(hydra_cfg.run):
-            hydra_cfg.run.dir = hydra_cfg.runtime.output_dir
-
-    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
-        if self._saved_argv is not None:
-            sys.argv = self._saved_argv
-            self._saved_argv = None
 
 
 class SweepReport(Callback):

@@ -1,4 +1,4 @@
-"""Paper figures from stored run data (no retraining): `python -m analysis.figures SWEEP_DIR --out DIR`.
+"""Paper figures from stored run data (no retraining): `python -m analysis.paper_figures SWEEP_DIR --out DIR`.
 
 One function per figure; each takes the collected sweep and an output directory, writes
 its PNG (tables also as Markdown) and returns the written paths, or [] when the sweep has
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.report.figures import history_median, mean_curve, order_key
+from lab.report.sweep_figures import history_median, mean_curve, order_key
 from lab.report.plotting import color, figure, save_png, short
 from lab.report.records import ReportError, Sweep, collect_sweep, finite
 from lab.report.table import Variant, variants
@@ -175,7 +175,7 @@ def regenerate(sweep_dir: str | Path, out: str | Path) -> dict[str, list[Path]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m analysis.figures", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m analysis.paper_figures", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)

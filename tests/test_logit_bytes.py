@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lab.errors import ConfigError
-from lab.objective.liveness import LIVE_ROWS, logit_bytes
+from lab.objective.logit_bytes import LIVE_ROWS, logit_bytes
 
 COUNTS = (9, 6, 3)
 V = 128

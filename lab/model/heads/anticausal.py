@@ -16,6 +16,17 @@ class AnticausalHead(BlockStackHead):
             out[k] = rows
         return out
 
+    def next_token_stacks(self):
+        return list(range(self.k - 1, -1, -1))  # horizon 1 runs through every stack, K first
+
+    def horizon_rows(self, trunk_hidden, ctx_for):
+        rows, out = trunk_hidden, {}
+        for i in self.next_token_stacks():
+            rows = self.stacks[i](rows, ctx_for(("stack", i)))  # [B, S, d]: f_{i+1} ∘ … ∘ f_K
+            out[i + 1] = rows
+        for k in range(1, self.k + 1):
+            yield out[k]
+
     def forward(self, trunk_hidden, batch, ctx, shared):
         rows = self._chain(trunk_hidden, ctx, down_to=1)
         if self.cfg.trunk_grad == "detached" and self.k > 1:

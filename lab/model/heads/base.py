@@ -8,6 +8,7 @@ V-wide logits exist.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -99,6 +100,10 @@ class BlockStack(nn.Module):
 class MTPHead(nn.Module):
     """Base class: K horizons, optional replicated unembeddings, trunk-gradient ownership."""
 
+    # How lab.decode drafts with this head: "independent" (horizons 2..K at the last row),
+    # "chain" (DeepSeek modules), or None (no drafts).
+    draft_proposer: str | None = None
+
     def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -125,6 +130,21 @@ class MTPHead(nn.Module):
         """Per-horizon block stacks (for init options); empty for heads without blocks."""
         return []
 
+    # ---- decoding (lab.decode): rows of every position, no labels, no detaching ------
+    def horizon_rows(self, trunk_hidden: torch.Tensor, ctx_for) -> Iterator[torch.Tensor]:
+        """Rows before the final norm for horizons 1, 2, … (all S positions), produced lazily.
+
+        `ctx_for(key)` returns the attention context of the block stack named `key`
+        (("stack", i) for `stacks[i]`); decoding gives each stack its own KV cache that
+        way. A caller that needs horizon 1 only stops after the first row set, so block
+        stacks of horizons ≥ 2 never run. Heads without independent drafts yield horizon 1 only.
+        """
+        yield trunk_hidden  # [B, S, d]
+
+    def next_token_stacks(self) -> list[int]:
+        """Indices into `stacks` that horizon 1 runs through (their caches are target state)."""
+        return []
+
     def initialize(self, trunk: nn.Module) -> None:
         """Apply `init` and copy the trunk unembedding into replicated projections."""
         if self.projections is not None:
@@ -147,6 +167,8 @@ class MTPHead(nn.Module):
 class BlockStackHead(MTPHead):
     """Heads made of K block stacks (parallel, causal, anticausal); they differ only in wiring."""
 
+    draft_proposer = "independent"
+
     def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
         super().__init__(cfg, model_cfg)
         self.stacks = nn.ModuleList(BlockStack(model_cfg, cfg.n_layers) for _ in range(cfg.k))
@@ -157,4 +179,7 @@ class BlockStackHead(MTPHead):
 
     def head_stacks(self) -> list[nn.Module]:
         return list(self.stacks)
+
+    def next_token_stacks(self) -> list[int]:
+        return [0]
 

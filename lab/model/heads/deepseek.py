@@ -40,6 +40,8 @@ class DepthModule(nn.Module):
 
 
 class DeepSeekHead(MTPHead):
+    draft_proposer = "chain"
+
     def __init__(self, cfg, model_cfg):
         depth = cfg.depth if cfg.depth is not None else cfg.k - 1
         require(depth >= 1, "head.depth", f"must be ≥ 1, got {depth}")
@@ -57,6 +59,15 @@ class DeepSeekHead(MTPHead):
 
     def module_at(self, d: int) -> DepthModule:
         return self.depth_modules[0 if self.cfg.share_depth_weights else d - 1]
+
+    # ---- decoding: the draft chain (lab.decode.proposers.DeepSeekChain) ---------------
+    def chain_input(self, trunk_hidden, shared):
+        """The target state that seeds depth 1 (as in training, before any detaching)."""
+        return shared.final_norm(trunk_hidden) if self.cfg.hidden_input == "post_norm" else trunk_hidden  # [B, S, d]
+
+    def chain_module(self, step: int) -> DepthModule:
+        """Module of draft step `step` (1-based): depth `step` for step ≤ D, then reused as step mod D."""
+        return self.module_at((step - 1) % self.depth + 1)
 
     def initialize(self, trunk):
         super().initialize(trunk)

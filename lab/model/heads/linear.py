@@ -11,6 +11,8 @@ from lab.model.heads.base import MTPHead, endpoint_horizon
 
 
 class LinearHead(MTPHead):
+    draft_proposer = "independent"
+
     def __init__(self, cfg, model_cfg):
         super().__init__(cfg, model_cfg)
         d = model_cfg.d_model
@@ -23,3 +25,7 @@ class LinearHead(MTPHead):
             rows = source if self.maps is None else self.maps[k - 1](source)  # [B, S, d]
             horizons.append(endpoint_horizon(k, rows, batch, shared.final_norm, self.projection(k, shared)))
         return horizons
+
+    def horizon_rows(self, trunk_hidden, ctx_for):
+        for k in range(1, self.k + 1):
+            yield trunk_hidden if self.maps is None else self.maps[k - 1](trunk_hidden)  # [B, S, d]

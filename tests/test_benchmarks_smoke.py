@@ -19,6 +19,7 @@ EXPECTED = {
                      "(peak-base)/logit_bytes within 15% [joint]"],
     "mtp_overhead": ["vs ntp", "paired vs ntp", "goal at V=259, K=4: step time <= 1.05 x ntp"],
     "diagnostics_overhead": ["amortised overhead (direct)", "c = with/without - 1", "goal <= 3%"],
+    "decode_speed": ["cached / uncached speed (paired)", "same tokens: True"],
 }
 
 

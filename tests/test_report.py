@@ -35,6 +35,7 @@ def fake_job(sweep: Path, job: int, head: str, seed: int, status: str = "ok", er
     names += ["mem/logits_live_bytes", "mem/saved_peak_bytes", "train/tokens_per_s", "train/lambda/h2" if k > 1 else "train/loss"]
     names += [f"grad/cos/leaf/h{i}_h{j}" for i in range(1, k + 1) for j in range(i + 1, k + 1)]
     val_names = ["val/loss", "val/bpb"] + [f"val/{m}/h{h}" for m in ("loss", "acc", "chain_acc") for h in range(1, k + 1)]
+    val_names += [f"val/{m}/h{h}" for m in ("agree", "agree_chain") for h in range(2, k + 1)] + (["val/est_tokens_per_forward"] if k > 1 else [])
     last_step = 19 if status == "ok" else 7
     with (run_dir / "metrics.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["epoch", "step", *names, *val_names])
@@ -59,8 +60,10 @@ def fake_job(sweep: Path, job: int, head: str, seed: int, status: str = "ok", er
 
 def final_value(name: str, base: float) -> float:
     h = int(name.rsplit("h", 1)[-1]) if "/h" in name else 1
-    if "/acc" in name:
+    if "/acc" in name or "/agree" in name:
         return round(0.5 / h, 6)
+    if name == "val/est_tokens_per_forward":
+        return round(1.25 + base / 100, 6)
     return round(base + 0.3 * (h - 1), 6)
 
 
@@ -94,11 +97,16 @@ def test_report_files_rows_and_failure(fake_sweep):
     assert ok["overrides"] == "head=parallel seed=0 trainer.max_steps=20" and float(ok["run_time_s"]) > 0
     names = {p.name for p in report.figures}
     assert names == {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "grad_cosine.png",
-                     "effective_weights.png", "logit_memory.png"}
+                     "effective_weights.png", "logit_memory.png", "draft_agreement.png"}
     md = (fake_sweep / "report.md").read_text()
     assert "non-finite loss at step 7" in md and "**failed**" in md
+    # The validation estimate of tokens per forward is a variant-table column (mean over seeds 0..2).
+    header = next(line for line in md.splitlines() if "est tokens/forward (val)" in line)
+    column = [c.strip() for c in header.split("|")].index("est tokens/forward (val)")
+    parallel_row = next(line for line in md.splitlines() if line.startswith("| head=parallel"))
+    assert parallel_row.split("|")[column].strip().startswith(f"{1.25 + 3.11 / 100:.2f}")
     page = (fake_sweep / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 6 and "<link" not in page and "src=\"http" not in page
+    assert page.count("data:image/png;base64,") == 7 and "<link" not in page and "src=\"http" not in page
 
 
 def test_seeds_aggregate_as_mean_and_spread(fake_sweep):

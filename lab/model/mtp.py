@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import dataclasses
 from collections.abc import Mapping
@@ -71,13 +72,17 @@ class MTPModel(nn.Module):
         hidden = self.trunk(batch["tokens"], ctx)  # [B, S, d]
         return self.head(hidden, batch, ctx, self.shared_parts())
 
+    def horizon_logits(self, k: int, rows: torch.Tensor) -> torch.Tensor:
+        """[..., d] rows of horizon k (before the final norm) -> [..., V] logits."""
+        return F.linear(self.trunk.final_norm(rows), self.head.projection(k, self.shared_parts()))
+
     @torch.no_grad()
     def next_token_logits(self, batch: dict) -> torch.Tensor:
-        """[B, S, V] horizon-1 logits at every position (evaluation and export checks)."""
+        """[B, S, V]: row t holds the horizon-1 logits for token t+1, every t including the last."""
         ctx = self.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
         hidden = self.trunk(batch["tokens"], ctx)  # [B, S, d]
-        first = self.head(hidden, batch, ctx, self.shared_parts())[0]
-        return first.norm(first.hidden) @ first.weight.T  # [B, S-1, V]
+        rows = next(self.head.horizon_rows(hidden, lambda key: ctx))  # [B, S, d]: horizon 1 at every row
+        return self.horizon_logits(1, rows)  # [B, S, V]
 
 
 def alias_groups(model: nn.Module) -> list[list[str]]:

@@ -60,9 +60,12 @@ class AttentionContext:
     blocks that run on the same rows.
     """
 
-    mask: torch.Tensor  # [B, 1, S, S] bool, True = may attend
+    mask: torch.Tensor | None  # [B, 1, S, S_keys] bool, True = may attend (None: every key)
     cos: torch.Tensor  # [B, 1, S, hd/2]
     sin: torch.Tensor  # [B, 1, S, hd/2]
+    # Incremental decoding: the key/value caches (lab.decode.cache.CacheSet). Each attention
+    # layer appends its new rows to its own cache and attends over cached + new keys.
+    kv: object | None = None
 
     @staticmethod
     def build(segment_ids, position_ids, key_valid, head_dim: int, rope_base: float):
@@ -107,6 +110,8 @@ class Attention(nn.Module):
         B, S, d = x.shape
         q, k, v = self.qkv(x).view(B, S, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)  # 3 × [B, H, S, hd]
         q, k = apply_rotary(q, ctx.cos, ctx.sin), apply_rotary(k, ctx.cos, ctx.sin)
+        if ctx.kv is not None:
+            k, v = ctx.kv.extend(self, k, v)  # [B, H, S_cached + S, hd] each
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.mask)  # [B, H, S, hd]
         return self.proj(y.transpose(1, 2).reshape(B, S, d))  # [B, S, d]
 

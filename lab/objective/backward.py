@@ -30,6 +30,7 @@ class HorizonStats:
     counts: torch.Tensor  # [K] local valid rows N_k
     correct: torch.Tensor | None  # [K] top-1 hits, None when logits never exist (chunked)
     row_correct: list[torch.Tensor] | None = None  # per horizon [B, S-k] bool (evaluation only)
+    row_argmax: list[torch.Tensor] | None = None  # per horizon [B, S-k] long top-1 id, -1 on unsupervised rows (evaluation only)
 
 
 def supervised_rows(horizon) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,13 +140,16 @@ def build_backward_schedule(name: str, chunk_rows: int | None = None):
 @torch.no_grad()
 def evaluate_horizons(horizons) -> HorizonStats:
     """Validation statistics, one horizon's logits alive at a time, with per-row correctness."""
-    sums, hits, counts, row_correct = [], [], [], []
+    sums, hits, counts, row_correct, row_argmax = [], [], [], [], []
     for horizon in horizons:
         rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
         logits = project(rows, horizon.norm.weight, horizon.norm.eps, horizon.weight)  # [N_k, V]
         hit = top1_hits(logits, labels)  # [N_k]
         grid = torch.zeros_like(horizon.mask)  # [B, S-k]
         grid[horizon.mask] = hit
+        choice = torch.full_like(horizon.labels, -1)  # [B, S-k]
+        choice[horizon.mask] = logits.argmax(-1)
+        row_argmax.append(choice)
         sums.append(F.cross_entropy(logits, labels, reduction="sum")), hits.append(hit.sum()), counts.append(labels.numel())
         row_correct.append(grid)
-    return HorizonStats(torch.stack(sums), torch.tensor(counts), torch.stack(hits), row_correct)
+    return HorizonStats(torch.stack(sums), torch.tensor(counts), torch.stack(hits), row_correct, row_argmax)

@@ -100,14 +100,14 @@ def run_table(sweep: Sweep, variants: list[Variant]) -> tuple[list[str], list[li
 def variant_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
     max_k = horizon_columns(variants)
     header = ["variant", "head", "K", "n ok / jobs", "val/loss", "val/bpb",
-              *[f"val/loss/h{k}" for k in range(1, max_k + 1)], *[f"val/acc/h{k}" for k in range(1, max_k + 1)], "run time (s)"]
+              *[f"val/loss/h{k}" for k in range(1, max_k + 1)], *[f"val/acc/h{k}" for k in range(1, max_k + 1)], "est tokens/forward (val)", "run time (s)"]
     rows = []
     for v in sorted(variants, key=order_key):
         times = mean_spread([r["run_time_s"] for r in v.ok if r["run_time_s"] is not None])[0]
         rows.append([
             v.label, fmt(v.head), fmt(v.k), f"{len(v.ok)} / {len(v.records)}", v.cell("val/loss"), v.cell("val/bpb"),
             *[v.cell(f"val/loss/h{k}") for k in range(1, max_k + 1)], *[v.cell(f"val/acc/h{k}", 3) for k in range(1, max_k + 1)],
-            fmt(times, 1),
+            v.cell("val/est_tokens_per_forward", 2), fmt(times, 1),
         ])
     return header, rows
 

@@ -126,29 +126,42 @@ def horizon_loss_curves(variants: list[Variant], path: Path) -> Path | None:
         return save_png(fig, path)
 
 
-def horizon_accuracy(variants: list[Variant], path: Path) -> Path | None:
-    """Medusa-style: top-1 validation accuracy of horizon k vs k, and chain acceptance."""
-    rows = [v for v in sorted(variants, key=order_key) if v.stat("val/acc/h1")[0] is not None]
+def horizon_panels(variants: list[Variant], path: Path, panels, *, first_k: int, ylabel: str, title: str) -> Path | None:
+    """One panel per (metric prefix, panel title): `{prefix}/h{k}` vs k per variant, mean ± sd over seeds."""
+    rows = [v for v in sorted(variants, key=order_key) if v.stat(f"{panels[0][0]}/h{first_k}")[0] is not None]
     if not rows:
         return None
-    with figure(10.0, 3.8, 1, 2) as (fig, axes):
-        for col, (prefix, title) in enumerate((("val/acc", "top-1 accuracy of horizon k"), ("val/chain_acc", "P(k correct | 1..k-1 correct)"))):
+    with figure(10.0, 3.8, 1, len(panels)) as (fig, axes):
+        for col, (prefix, panel_title) in enumerate(panels):
             ax = axes[0][col]
             for i, variant in enumerate(rows):
                 ks, means, spreads = [], [], []
-                for k in range(1, variant.max_k + 1):
+                for k in range(first_k, variant.max_k + 1):
                     mean, spread, _ = variant.stat(f"{prefix}/h{k}")
                     if mean is not None:
                         ks.append(k), means.append(mean), spreads.append(spread or 0.0)
                 if ks:
                     ax.errorbar(ks, means, yerr=spreads, color=color(i), marker="o", markersize=3, capsize=2, linewidth=1.0, label=short(variant.label))
             ax.set_xlabel("horizon k")
-            ax.set_ylabel("accuracy")
-            ax.set_title(title)
+            ax.set_ylabel(ylabel)
+            ax.set_title(panel_title)
             ax.xaxis.get_major_locator().set_params(integer=True)
         axes[0][0].legend()
-        fig.suptitle("Per-horizon validation accuracy (final, mean ± sd over seeds)")
+        fig.suptitle(title)
         return save_png(fig, path)
+
+
+def horizon_accuracy(variants: list[Variant], path: Path) -> Path | None:
+    """Medusa-style: top-1 validation accuracy of horizon k vs k, and chain acceptance."""
+    panels = (("val/acc", "top-1 accuracy of horizon k"), ("val/chain_acc", "P(k correct | 1..k-1 correct)"))
+    return horizon_panels(variants, path, panels, first_k=1, ylabel="accuracy", title="Per-horizon validation accuracy (final, mean ± sd over seeds)")
+
+
+def draft_agreement(variants: list[Variant], path: Path) -> Path | None:
+    """Agreement of horizon k's top-1 with the next-token path's (greedy draft acceptance estimate)."""
+    panels = (("val/agree", "P(argmax_k[t] = argmax_1[t+k-1])"), ("val/agree_chain", "the same, given agreement at 2..k-1"))
+    title = "Draft agreement by horizon (validation; DeepSeek depths are teacher-forced, an upper estimate)"
+    return horizon_panels(variants, path, panels, first_k=2, ylabel="agreement", title=title)
 
 
 def grad_cosine_heatmaps(variants: list[Variant], path: Path) -> Path | None:
@@ -249,6 +262,7 @@ REPORT_FIGURES = (
     ("val_loss_by_architecture.png", val_loss_by_architecture, "Validation next-token loss by architecture and K"),
     ("horizon_loss_curves.png", horizon_loss_curves, "Per-horizon loss curves"),
     ("horizon_accuracy.png", horizon_accuracy, "Per-horizon accuracy vs horizon (Medusa-style) and chain acceptance"),
+    ("draft_agreement.png", draft_agreement, "Draft agreement by horizon per architecture (estimates greedy self-speculative acceptance)"),
     ("grad_cosine.png", grad_cosine_heatmaps, "Gradient cosine between horizons"),
     ("effective_weights.png", effective_weights_by_policy, "Effective horizon weights by policy"),
     ("logit_memory.png", logit_memory_by_schedule, "Logit memory by schedule"),

@@ -8,9 +8,6 @@ class AnticausalHead(BlockStackHead):
     def main_path_blocks(cfg):
         return cfg.k * cfg.n_layers  # horizon 1 sits at the end of the whole chain
 
-    def next_token_stacks(self):
-        return list(range(self.k - 1, -1, -1))  # f_1 ∘ … ∘ f_K: stack K runs first
-
     def _chain(self, source, ctx, down_to: int) -> dict:
         """Rows of horizons K .. down_to, each the previous one pushed through its own stack."""
         rows, out = source, {}
@@ -18,6 +15,17 @@ class AnticausalHead(BlockStackHead):
             rows = self.stacks[k - 1](rows, ctx)  # [B, S, d]: f_k ∘ … ∘ f_K
             out[k] = rows
         return out
+
+    def next_token_stacks(self):
+        return list(range(self.k - 1, -1, -1))  # horizon 1 runs through every stack, K first
+
+    def horizon_rows(self, trunk_hidden, ctx_for):
+        rows, out = trunk_hidden, {}
+        for i in self.next_token_stacks():
+            rows = self.stacks[i](rows, ctx_for(("stack", i)))  # [B, S, d]: f_{i+1} ∘ … ∘ f_K
+            out[i + 1] = rows
+        for k in range(1, self.k + 1):
+            yield out[k]
 
     def forward(self, trunk_hidden, batch, ctx, shared):
         rows = self._chain(trunk_hidden, ctx, down_to=1)

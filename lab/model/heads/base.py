@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -147,6 +147,10 @@ class MTPHead(nn.Module):
         """Start-up checks of this head's options (once, at build time)."""
         cfg.validate()
 
+    # How lab.decode drafts with this head: "independent" (horizons 2..K at the last row),
+    # "chain" (DeepSeek modules), or None (no drafts).
+    draft_proposer: str | None = None
+
     def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -171,6 +175,21 @@ class MTPHead(nn.Module):
 
     def head_stacks(self) -> list[nn.Module]:
         """Per-horizon block stacks (for init options); empty for heads without blocks."""
+        return []
+
+    # ---- decoding (lab.decode): rows of every position, no labels, no detaching ------
+    def horizon_rows(self, trunk_hidden: torch.Tensor, ctx_for) -> Iterator[torch.Tensor]:
+        """Rows before the final norm for horizons 1, 2, … (all S positions), produced lazily.
+
+        `ctx_for(key)` returns the attention context of the block stack named `key`
+        (("stack", i) for `stacks[i]`); decoding gives each stack its own KV cache that
+        way. A caller that needs horizon 1 only stops after the first row set, so block
+        stacks of horizons ≥ 2 never run. Heads without independent drafts yield horizon 1 only.
+        """
+        yield trunk_hidden  # [B, S, d]
+
+    def next_token_stacks(self) -> list[int]:
+        """Indices into `stacks` that horizon 1 runs through (their caches are target state)."""
         return []
 
     def initialize(self, trunk: nn.Module) -> None:
@@ -209,6 +228,7 @@ class BlockStackHead(MTPHead):
     """Heads made of K block stacks (parallel, causal, anticausal); they differ only in wiring."""
 
     horizon_containers = {**MTPHead.horizon_containers, "stacks": 1}
+    draft_proposer = "independent"
 
     def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
         super().__init__(cfg, model_cfg)

@@ -14,3 +14,9 @@ class CausalHead(BlockStackHead):
             rows = self.stacks[k - 1](rows, ctx)  # [B, S, d]: f_k ∘ … ∘ f_1
             horizons.append(endpoint_horizon(k, rows, batch, shared.final_norm, self.projection(k, shared)))
         return horizons
+
+    def horizon_rows(self, trunk_hidden, ctx_for):
+        rows = trunk_hidden
+        for i, stack in enumerate(self.stacks):
+            rows = stack(rows, ctx_for(("stack", i)))  # [B, S, d]: f_{i+1} ∘ … ∘ f_1
+            yield rows

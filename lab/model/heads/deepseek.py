@@ -55,6 +55,7 @@ class DepthModule(nn.Module):
 
 
 class DeepSeekHead(MTPHead):
+    draft_proposer = "chain"
     config_class = DeepSeekConfig
     horizon_containers = {**MTPHead.horizon_containers, "depth_modules": 2}  # depth d predicts horizon d + 1
 
@@ -93,6 +94,15 @@ class DeepSeekHead(MTPHead):
 
     def module_at(self, d: int) -> DepthModule:
         return self.depth_modules[0 if self.cfg.share_depth_weights else d - 1]
+
+    # ---- decoding: the draft chain (lab.decode.proposers.DeepSeekChain) ---------------
+    def chain_input(self, trunk_hidden, shared):
+        """The target state that seeds depth 1 (as in training, before any detaching)."""
+        return shared.final_norm(trunk_hidden) if self.cfg.hidden_input == "post_norm" else trunk_hidden  # [B, S, d]
+
+    def chain_module(self, step: int) -> DepthModule:
+        """Module of draft step `step` (1-based): depth `step` for step ≤ D, then reused as step mod D."""
+        return self.module_at((step - 1) % self.depth + 1)
 
     def initialize(self, trunk):
         super().initialize(trunk)

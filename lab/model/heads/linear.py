@@ -14,6 +14,8 @@ from lab.model.heads.base import MTPHead, NextTokenPath, endpoint_horizon
 
 class LinearHead(MTPHead):
     horizon_containers = {**MTPHead.horizon_containers, "maps": 1}
+    draft_proposer = "independent"
+
     def __init__(self, cfg, model_cfg):
         super().__init__(cfg, model_cfg)
         d = model_cfg.d_model
@@ -33,3 +35,7 @@ class LinearHead(MTPHead):
             return path
         # A d×d map before the shared norm is no block: the release keeps it as a K = 1 linear head.
         return dataclasses.replace(path, release_head={"name": "linear", "k": 1, "compute_matched": False}, kept=("maps.0.weight",))
+
+    def horizon_rows(self, trunk_hidden, ctx_for):
+        for k in range(1, self.k + 1):
+            yield trunk_hidden if self.maps is None else self.maps[k - 1](trunk_hidden)  # [B, S, d]

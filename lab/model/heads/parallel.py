@@ -10,3 +10,7 @@ class ParallelHead(BlockStackHead):
             source = trunk_hidden if k == 1 else self.extra_horizon_input(trunk_hidden)  # [B, S, d]
             horizons.append(endpoint_horizon(k, stack(source, ctx), batch, shared.final_norm, self.projection(k, shared)))
         return horizons
+
+    def horizon_rows(self, trunk_hidden, ctx_for):
+        for i, stack in enumerate(self.stacks):
+            yield stack(trunk_hidden, ctx_for(("stack", i)))  # [B, S, d]: horizon i + 1

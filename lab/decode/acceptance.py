@@ -1,0 +1,97 @@
+"""Exact acceptance of draft tokens against the target model.
+
+Greedy (temperature 0): a draft is accepted iff it equals the target's argmax at the row
+that predicts it; the first mismatch is replaced by that argmax. Sampling: draft i is
+accepted with probability min(1, p_i(y_i) / q_i(y_i)); the first rejection emits a draw
+from the normalised positive part of p_i − q_i; when every draft passes, a bonus token is
+drawn from the target at the row after the last draft. Either way the emitted tokens have
+exactly the law of plain decoding (Leviathan et al. 2023; Chen et al. 2023).
+
+`select_mtp_one` is the one-proposal selector of M7.6 §0x09 with its full contract on
+plain Python sequences (EOS and output budget included); `select` is the tensor version
+for any number of drafts that the decoder runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from lab.decode.sampling import TokenChooser, sample, uniform
+
+
+def _check_distribution(values: Sequence[float], size: int) -> None:
+    if len(values) != size or size == 0:
+        raise ValueError("aligned normalized distributions required: p, q and bonus_p need one equal, non-zero length")
+    if any(not math.isfinite(v) or v < 0 for v in values):
+        raise ValueError("aligned normalized distributions required: entries must be finite and ≥ 0")
+    if abs(math.fsum(values) - 1.0) > 1e-12:
+        raise ValueError("aligned normalized distributions required: entries must sum to 1 (within 1e-12)")
+
+
+def select_mtp_one(p, q, y, bonus_p, u, sample: Callable[[list[float]], int], *, remaining: int, eos: int | None = None) -> dict:
+    """One carried-frontier round's output decision for a single proposal y ~ q.
+
+    p: target distribution at the frontier's row (it predicts y's slot); bonus_p: target
+    distribution at y's row; remaining: free output slots (the incoming frontier is not
+    counted). An accepted y that is EOS or fills the last slot gets no bonus.
+    """
+    if type(remaining) is not int or remaining < 1:
+        raise ValueError("remaining must be an int ≥ 1 (at least one new output slot)")
+    for values in (p, q, bonus_p):
+        _check_distribution(values, len(p))
+    if type(y) is not int or not 0 <= y < len(q) or not q[y] > 0:
+        raise ValueError("the proposal y must be a token id with q[y] > 0 (drawn from the draft's support)")
+    if not 0 <= u < 1:
+        raise ValueError("the uniform draw u must lie in [0, 1)")
+
+    accepted = u < min(1.0, p[y] / q[y])
+    if accepted:
+        new_tokens = [y]
+        if remaining > 1 and y != eos:
+            new_tokens.append(sample(list(bonus_p)))
+        rows_to_keep = 2  # the frontier's row and y's row are both target-verified
+        pending = new_tokens[-1] if len(new_tokens) == 2 else None
+    else:
+        positive = [max(pi - qi, 0.0) for pi, qi in zip(p, q)]
+        mass = math.fsum(positive)
+        if not mass > 0:
+            raise ValueError("a rejection needs positive residual mass in p - q")
+        correction = sample([v / mass for v in positive])
+        new_tokens = [correction]
+        rows_to_keep = 1  # only the frontier's row: y's row consumed a rejected token
+        pending = correction
+    return {
+        "accepted": accepted,
+        "new_tokens": new_tokens,
+        "target_rows_to_keep": rows_to_keep,
+        "pending_frontier": pending,
+        "stopped": len(new_tokens) == remaining or new_tokens[-1] == eos,
+    }
+
+
+def select(drafts: list[int], draft_probs: list[torch.Tensor | None], target_logits: torch.Tensor, chooser: TokenChooser) -> tuple[int, int]:
+    """(number of drafts accepted j, the token after them: correction or bonus).
+
+    target_logits: [m+1, V]; row i is the target's prediction for draft i's slot (row m
+    predicts the slot after the last draft). draft_probs[i] is the [V] float64
+    distribution draft i was sampled from (None when greedy).
+    """
+    if chooser.greedy:
+        target_choice = target_logits.argmax(dim=-1).tolist()  # [m+1]
+        for i, y in enumerate(drafts):
+            if y != target_choice[i]:
+                return i, target_choice[i]
+        return len(drafts), target_choice[len(drafts)]
+    target_probs = chooser.probs(target_logits)  # [m+1, V] float64
+    for i, (y, q) in enumerate(zip(drafts, draft_probs)):
+        p = target_probs[i]  # [V]
+        if uniform(chooser.generator) < min(1.0, (p[y] / q[y]).item()):
+            continue
+        residual = (p - q).clamp_min(0.0)  # [V]: where the target has more mass than the draft
+        mass = residual.sum()
+        # mass is > 0 whenever a rejection can happen (p ≠ q); equal p and q reject only by rounding.
+        return i, sample(residual / mass if mass > 0 else p, chooser.generator)
+    return len(drafts), sample(target_probs[len(drafts)], chooser.generator)

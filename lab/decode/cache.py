@@ -1,0 +1,133 @@
+"""Key/value caches for incremental decoding, one per attention stack.
+
+The trunk, every head block stack and every DeepSeek draft step own separate K/V: the
+same token prefix gives different keys under different weights (and under the same
+weights fed different inputs), so caches are never shared (M7.6 §0x09A).
+
+A cache holds rows for positions 0 .. length-1 of one sequence (batch 1 in practice).
+The first `committed` rows are canonical state; rows after them are provisional (a
+verification branch, or draft rows that consumed proposed tokens) until the caller
+commits a prefix of them or discards them. Only the caller knows which rows were
+verified, so nothing is committed implicitly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lab.model.trunk import AttentionContext, rotary_angles
+
+
+class StackCache:
+    """K/V of every attention layer of one block stack, in preallocated, growing buffers."""
+
+    def __init__(self, key, family: str):
+        self.key, self.family = key, family
+        self.layers: dict[int, int] = {}  # id(attention module) -> layer index, in call order
+        self.keys: list[torch.Tensor] = []  # per layer [B, H, capacity, hd]
+        self.values: list[torch.Tensor] = []
+        self.lengths: list[int] = []  # rows written per layer (equal between forwards)
+        self.committed = 0
+
+    @property
+    def length(self) -> int:
+        """Rows held (committed + provisional); layers agree on it between forwards."""
+        return self.lengths[0] if self.lengths else self.committed
+
+    @property
+    def provisional(self) -> int:
+        return self.length - self.committed
+
+    def extend(self, attention, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append new rows [B, H, n, hd] to this layer; return all rows [B, H, length + n, hd]."""
+        layer = self.layers.setdefault(id(attention), len(self.layers))
+        if layer == len(self.keys):  # first call of this layer: its buffers
+            capacity = max(64, 2 * k.shape[2])
+            self.keys.append(k.new_empty(*k.shape[:2], capacity, k.shape[3]))
+            self.values.append(v.new_empty(*v.shape[:2], capacity, v.shape[3]))
+            self.lengths.append(0)
+        start, n = self.lengths[layer], k.shape[2]
+        if start + n > self.keys[layer].shape[2]:
+            self.keys[layer], self.values[layer] = (self._grown(t, start + n) for t in (self.keys[layer], self.values[layer]))
+        self.keys[layer][:, :, start : start + n] = k  # [B, H, n, hd] into rows start..start+n-1
+        self.values[layer][:, :, start : start + n] = v
+        self.lengths[layer] = start + n
+        return self.keys[layer][:, :, : start + n], self.values[layer][:, :, : start + n]  # [B, H, start+n, hd]
+
+    @staticmethod
+    def _grown(buffer: torch.Tensor, needed: int) -> torch.Tensor:
+        bigger = buffer.new_empty(*buffer.shape[:2], max(needed, 2 * buffer.shape[2]), buffer.shape[3])
+        bigger[:, :, : buffer.shape[2]] = buffer
+        return bigger
+
+    def commit(self, n: int | None = None) -> None:
+        """Make the first `n` provisional rows canonical (all when None) and drop the rest."""
+        n = self.provisional if n is None else n
+        if not 0 <= n <= self.provisional:
+            raise ValueError(f"cache {self.key}: cannot commit {n} of {self.provisional} provisional rows")
+        self.committed += n
+        self.lengths = [self.committed] * len(self.lengths)
+
+    def discard(self) -> None:
+        """Drop every provisional row (the committed prefix is untouched)."""
+        self.commit(0)
+
+    def row_bytes(self) -> int:
+        """Bytes one row occupies across all layers (K and V)."""
+        return sum(2 * k.shape[0] * k.shape[1] * k.shape[3] * k.element_size() for k in self.keys)
+
+    def committed_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (K, V) of the committed rows only: [B, H, committed, hd] each."""
+        return [(k[:, :, : self.committed], v[:, :, : self.committed]) for k, v in zip(self.keys, self.values)]
+
+
+class CacheSet:
+    """All stack caches of one sequence, created on first use; builds their attention contexts.
+
+    `family_of(key)` says whose state a cache is: "target" (the next-token path, the
+    model that verifies) or "draft" (head stacks of horizons ≥ 2, DeepSeek draft steps).
+    """
+
+    def __init__(self, head_dim: int, rope_base: float, family_of):
+        self.head_dim, self.rope_base, self.family_of = head_dim, rope_base, family_of
+        self.caches: dict = {}
+        self.peak_bytes = {"target": 0, "draft": 0, "branch_peak": 0}
+
+    def cache(self, key) -> StackCache:
+        if key not in self.caches:
+            self.caches[key] = StackCache(key, self.family_of(key))
+        return self.caches[key]
+
+    def context(self, key, n_rows: int, device) -> AttentionContext:
+        """Context for `n_rows` new rows appended to stack `key`: one document, positions continue."""
+        cache = self.cache(key)
+        start = cache.length
+        positions = torch.arange(start, start + n_rows, device=device)[None]  # [1, n]
+        cos, sin = rotary_angles(positions, self.head_dim, self.rope_base)  # [1, 1, n, hd/2] each
+        # Row i (position start+i) sees every cached key and the new keys up to itself.
+        mask = None
+        if n_rows > 1:
+            mask = torch.ones(n_rows, start + n_rows, dtype=torch.bool, device=device).tril(start)[None, None]  # [1, 1, n, start+n]
+        return AttentionContext(mask, cos, sin, kv=cache)
+
+    def contexts(self, n_rows: int, device):
+        """`ctx_for(key)` for one forward over `n_rows` new rows in every stack it touches."""
+        return lambda key: self.context(key, n_rows, device)
+
+    def commit(self, n: int | None = None, family: str | None = None) -> None:
+        for cache in self.caches.values():
+            if family is None or cache.family == family:
+                cache.commit(n)
+
+    def discard(self, family: str | None = None) -> None:
+        for cache in self.caches.values():
+            if family is None or cache.family == family:
+                cache.discard()
+
+    def record_peaks(self) -> None:
+        """Update the byte peaks from the rows held now (call after each forward)."""
+        for family in ("target", "draft"):
+            held = sum(c.length * c.row_bytes() for c in self.caches.values() if c.family == family)
+            self.peak_bytes[family] = max(self.peak_bytes[family], held)
+        branch = sum(c.provisional * c.row_bytes() for c in self.caches.values() if c.family == "target")
+        self.peak_bytes["branch_peak"] = max(self.peak_bytes["branch_peak"], branch)

@@ -1,0 +1,92 @@
+"""`lab-generate CKPT_OR_RUN_DIR_OR_RELEASE --prompt TEXT`: continue a prompt with a trained model.
+
+The continuation goes to stdout; one summary line (tokens, tokens/s, target forwards,
+and with --speculative the runtime ledger) goes to stderr, so `> file` keeps only text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from lab.decode.generate import generate
+from lab.decode.ledger import ledger_line
+from lab.decode.loading import load_for_generation
+from lab.errors import ConfigError
+
+
+def read_prompt(args) -> str:
+    if args.prompt is not None:
+        text = args.prompt
+        try:
+            text.encode("utf-8")  # undecodable argv bytes arrive as lone surrogates
+        except UnicodeEncodeError:
+            raise ConfigError("--prompt", "contains bytes that are not UTF-8; the tokenizer encodes UTF-8 text only") from None
+        return text
+    if args.prompt_file is not None:
+        try:
+            raw = open(args.prompt_file, "rb").read()
+        except OSError as error:
+            raise ConfigError("--prompt-file", f"cannot read {args.prompt_file}: {error.strerror}") from None
+        field = "--prompt-file"
+    else:
+        raw = sys.stdin.buffer.read()
+        field = "stdin"
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(field, f"byte {error.start} is not UTF-8; the tokenizer encodes UTF-8 text only") from None
+
+
+def run(args) -> None:
+    if args.temperature < 0:
+        raise ConfigError("--temperature", f"must be ≥ 0 (0 = greedy), got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        raise ConfigError("--top-k", f"must be ≥ 1, got {args.top_k}")
+    if args.max_new_tokens < 0:
+        raise ConfigError("--max-new-tokens", f"must be ≥ 0, got {args.max_new_tokens}")
+    text = read_prompt(args)
+    loaded = load_for_generation(args.model)
+    ids = loaded.tokenizer.encode(text)
+    if not ids:
+        raise ConfigError("prompt", "is empty; give at least one character")
+    if loaded.context is not None and len(ids) > loaded.context:
+        raise ConfigError("prompt", f"has {len(ids)} tokens, longer than the model's context of {loaded.context} (data.seq_len)")
+    generator = torch.Generator().manual_seed(args.seed)
+    out = generate(
+        loaded.model, torch.tensor(ids), args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+        speculative=args.speculative, draft_steps=args.draft_steps, eos=loaded.tokenizer.eos_id, generator=generator,
+    )
+    sys.stdout.write(loaded.tokenizer.decode(out.tokens) + "\n")
+    sys.stdout.flush()
+    s = out.stats
+    summary = f"tokens: {s['emitted']}  tokens/s: {s['tokens_per_s']:.1f}  target forwards: {s['target_forwards']}"
+    if args.speculative:
+        summary += "  " + ledger_line(s)
+    print(summary, file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="lab-generate", description="Continue a prompt with a lab-train checkpoint, run dir or lab-export release.")
+    parser.add_argument("model", help="checkpoint file, run directory (uses checkpoints/last.ckpt) or release folder")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help="prompt text (default: read stdin)")
+    source.add_argument("--prompt-file", help="read the prompt from this UTF-8 file")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--speculative", action="store_true", help="draft with the MTP heads, verify with the model (exact)")
+    parser.add_argument("--draft-steps", type=int, default=None, help="drafts per round (default: K-1 heads, or D DeepSeek depths)")
+    args = parser.parse_args(argv)
+    try:
+        run(args)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

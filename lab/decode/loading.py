@@ -1,0 +1,57 @@
+"""What `lab-generate` decodes with: the model, its tokenizer and its context length.
+
+Accepts a training checkpoint (`.ckpt`, loaded with weights_only=True), a run directory
+(its `checkpoints/last.ckpt`) or a release directory written by `lab-export`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.errors import ConfigError
+
+
+@dataclass
+class Loaded:
+    model: object  # MTPModel in eval mode
+    tokenizer: object  # lab.data.tokenizers.ByteTokenizer | BPETokenizer
+    context: int | None  # training sequence length (longest prompt accepted); None if unknown
+    source: str  # "checkpoint" or "release"
+
+
+def tokenizer_from_payload(payload: dict | None, manifest: dict):
+    from lab.data.tokenizers import BPETokenizer, ByteTokenizer
+
+    identity = (payload or {}).get("identity") or manifest.get("tokenizer") or {}
+    if identity.get("kind") == "byte":
+        return ByteTokenizer()
+    if identity.get("kind") == "bpe" and (payload or {}).get("json"):
+        import tokenizers as hf
+
+        return BPETokenizer(hf.Tokenizer.from_str(payload["json"]), identity["vocab_size"])
+    raise ConfigError("checkpoint", f"carries no usable tokenizer (identity {identity or 'missing'})")
+
+
+def load_for_generation(path: str | os.PathLike) -> Loaded:
+    path = Path(path)
+    if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
+        from lab.export import load_release, load_release_tokenizer
+
+        config = json.loads((path / "config.json").read_text())
+        context = (config.get("parent_manifest") or {}).get("seq_len")
+        return Loaded(load_release(path), load_release_tokenizer(path), context, "release")
+    if path.is_dir():
+        candidate = path / "checkpoints" / "last.ckpt"
+        if not candidate.is_file():
+            raise ConfigError("checkpoint", f"{path} is neither a release folder (config.json + model.safetensors) nor a run dir with checkpoints/last.ckpt")
+        path = candidate
+    from lab.checkpoint import load_checkpoint
+    from lab.export import model_from_checkpoint
+
+    checkpoint = load_checkpoint(path)
+    model = model_from_checkpoint(checkpoint)
+    manifest = checkpoint["mtp_manifest"]
+    return Loaded(model, tokenizer_from_payload(checkpoint.get("mtp_tokenizer"), manifest), manifest.get("seq_len"), "checkpoint")

@@ -1,0 +1,48 @@
+"""Token choice: greedy argmax, or sampling from softmax(logits / T) restricted to the top k.
+
+Distributions are float64 whatever the model's dtype, so the speculative acceptance
+ratios and residuals are computed once, accurately, from the same numbers that sampling uses.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def distribution(logits: torch.Tensor, temperature: float, top_k: int | None = None) -> torch.Tensor:
+    """[..., V] logits -> [..., V] float64 probabilities of softmax(logits / T) over the top k."""
+    scaled = logits.to(torch.float64) / temperature  # [..., V]
+    if top_k is not None and top_k < scaled.shape[-1]:
+        kth = scaled.topk(top_k, dim=-1).values[..., -1:]  # [..., 1]: the k-th largest
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))  # ties with the k-th stay in
+    return scaled.softmax(dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One draw from a [V] distribution."""
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def uniform(generator: torch.Generator | None) -> float:
+    return float(torch.rand((), dtype=torch.float64, generator=generator).item())
+
+
+class TokenChooser:
+    """Greedy when temperature == 0, else sampling; `choose` returns (token, its distribution or None)."""
+
+    def __init__(self, temperature: float, top_k: int | None, generator: torch.Generator | None):
+        self.temperature, self.top_k, self.generator = temperature, top_k, generator
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return distribution(logits, self.temperature, self.top_k)
+
+    def choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        """[V] logits -> (token, [V] float64 distribution it was drawn from; None when greedy)."""
+        if self.greedy:
+            return int(logits.argmax().item()), None
+        probs = self.probs(logits)
+        return sample(probs, self.generator), probs

@@ -1,0 +1,56 @@
+"""The target model over cached state: the next-token path, one forward per call.
+
+A forward appends its rows provisionally to every cache it touches; the decoder then
+commits the verified prefix (or everything, in plain decoding). Rows of horizons ≥ 2
+(independent draft heads) are left to the caller as a lazy iterator, so plain decoding
+never runs the draft stacks and speculative decoding can time them as draft work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from lab.decode.cache import CacheSet
+from lab.model.mtp import MTPModel
+
+TRUNK = ("trunk",)
+
+
+@dataclass
+class TargetPass:
+    hidden: torch.Tensor  # [n, d] trunk rows before the final norm (the DeepSeek chain's seed)
+    logits: torch.Tensor  # [n, V] horizon-1 logits: row i predicts the token after input i
+    more_horizons: Iterator[torch.Tensor]  # rows [1, n, d] of horizons 2, 3, … (computed on demand)
+
+
+class CachedModel:
+    """One sequence's decoding state: the model and the KV cache of every attention stack."""
+
+    def __init__(self, model: MTPModel):
+        self.model = model
+        cfg = model.model_cfg
+        target_stacks = {("stack", i) for i in model.head.next_token_stacks()}
+        family_of = lambda key: "target" if key == TRUNK or key in target_stacks else "draft"  # noqa: E731
+        self.caches = CacheSet(cfg.d_model // cfg.n_heads, cfg.rope_base, family_of)
+        self.device = next(model.parameters()).device
+
+    @property
+    def length(self) -> int:
+        """Committed target rows (= tokens whose K/V the target holds)."""
+        return self.caches.cache(TRUNK).committed
+
+    def forward(self, tokens: list[int]) -> TargetPass:
+        """Run the next-token path on `tokens` placed after the cached rows (rows stay provisional)."""
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[None]  # [1, n]
+        ctx_for = self.caches.contexts(len(tokens), self.device)
+        hidden = self.model.trunk(ids, ctx_for(TRUNK))  # [1, n, d]
+        rows = self.model.head.horizon_rows(hidden, ctx_for)
+        logits = self.model.horizon_logits(1, next(rows)[0])  # [n, V]
+        return TargetPass(hidden[0], logits, rows)
+
+    def commit(self, n: int | None = None, family: str | None = "target") -> None:
+        self.caches.record_peaks()
+        self.caches.commit(n, family)

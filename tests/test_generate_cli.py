@@ -1,0 +1,130 @@
+"""`lab-generate` through the real CLI on a checkpoint of a real 20-step `lab-train` run, and on its release."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lab.decode import generate
+from lab.decode.cli import main as lab_generate_main
+from lab.decode.loading import load_for_generation
+from lab.export import export
+from tests.cli import TINY, lab_train, read_run
+
+PROMPT = "def main(x):\n    return"
+
+
+def lab_generate(*args: str, stdin: bytes | None = None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lab.decode.cli", *args], input=stdin, capture_output=True, timeout=300, cwd=cwd, env=dict(os.environ)
+    )
+
+
+def lab_generate_in_process(capsysbinary, monkeypatch, *args: str, stdin: bytes | None = None):
+    """The same entry point in this process (the subprocess start costs seconds): (exit code, stdout, stderr)."""
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = 0
+    try:
+        lab_generate_main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsysbinary.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, cache_dir):
+    """A real 20-step lab-train run of a K=3 parallel model."""
+    root = tmp_path_factory.mktemp("generate")
+    run = root / "run"
+    overrides = [o for o in TINY if not o.startswith("trainer.max_steps")]
+    result = lab_train(*overrides, "trainer.max_steps=20", "head=parallel", "head.k=3", f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run
+
+
+def test_generate_from_checkpoint_run_dir_and_stdin(run_dir, capsysbinary, monkeypatch):
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    first = lab_generate(str(ckpt), "--prompt", PROMPT, "--max-new-tokens", "12")  # the real console entry, once
+    assert first.returncode == 0, first.stderr.decode()[-2000:]
+    summary = first.stderr.decode().strip().splitlines()[-1]
+    assert summary.startswith("tokens: ") and "target forwards: " in summary
+    n_tokens = int(summary.split()[1])
+    assert 1 <= n_tokens <= 12
+
+    # The printed text is the tokenizer's decoding of generate()'s tokens on the loaded model.
+    loaded = load_for_generation(ckpt)
+    expected = generate(loaded.model, torch.tensor(loaded.tokenizer.encode(PROMPT)), 12, eos=loaded.tokenizer.eos_id)
+    assert first.stdout.decode() == loaded.tokenizer.decode(expected.tokens) + "\n"
+    assert n_tokens == len(expected.tokens)
+
+    run = lambda *args, stdin=None: lab_generate_in_process(capsysbinary, monkeypatch, *args, stdin=stdin)  # noqa: E731
+    code, out, _ = run(str(run_dir), "--max-new-tokens", "12", stdin=PROMPT.encode())
+    assert code == 0 and out == first.stdout
+    code, out, _ = run(str(run_dir), "--prompt-file", str(write(run_dir.parent / "prompt.txt", PROMPT)), "--max-new-tokens", "12")
+    assert code == 0 and out == first.stdout
+
+    code, out, err = run(str(run_dir), "--prompt", PROMPT, "--max-new-tokens", "12", "--speculative")
+    assert code == 0 and out == first.stdout  # greedy speculative is exact
+    assert b"tokens/forward: " in err and b"accept by position: " in err
+
+    sampled = [run(str(ckpt), "--prompt", PROMPT, "--temperature", "1.0", "--top-k", "20", "--seed", "3")[1] for _ in range(2)]
+    assert sampled[0] == sampled[1]
+
+
+def write(path, text: str):
+    path.write_text(text)
+    return path
+
+
+def test_release_generates_the_parent_checkpoints_tokens(run_dir, tmp_path, capsysbinary, monkeypatch):
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    export(ckpt, tmp_path / "release")
+    parent, release = load_for_generation(ckpt), load_for_generation(tmp_path / "release")
+    assert release.source == "release" and release.model.k == 1 and release.context == parent.context == 32
+    for prompt in ("import os\n", PROMPT, "class A:\n"):
+        ids = torch.tensor(parent.tokenizer.encode(prompt))
+        for kwargs in ({}, {"temperature": 0.8, "top_k": 30}):
+            a = generate(parent.model, ids, 24, generator=torch.Generator().manual_seed(5), **kwargs)
+            b = generate(release.model, ids, 24, generator=torch.Generator().manual_seed(5), **kwargs)
+            assert a.tokens == b.tokens
+    via_release = lab_generate_in_process(capsysbinary, monkeypatch, str(tmp_path / "release"), "--prompt", PROMPT, "--max-new-tokens", "12")
+    direct = lab_generate_in_process(capsysbinary, monkeypatch, str(ckpt), "--prompt", PROMPT, "--max-new-tokens", "12")
+    assert via_release[0] == 0 and via_release[1] == direct[1]
+
+
+@pytest.mark.parametrize(
+    "args,stdin,field",
+    [
+        (["--prompt", "x", "--temperature", "-1"], None, "--temperature"),
+        (["--prompt-file", "/nonexistent/prompt.txt"], None, "--prompt-file"),
+        ([], b"ok \xff\xfe bad", "stdin"),
+        (["--prompt", "ok \udcff"], None, "--prompt"),  # an undecodable argv byte (surrogate escape)
+        (["--prompt", "x" * 40], None, "prompt"),  # the run's context is data.seq_len=32
+        (["--prompt", ""], None, "prompt"),
+        (["--prompt", "x", "--speculative", "--draft-steps", "0"], None, "draft_steps"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(run_dir, args, stdin, field, capsysbinary, monkeypatch):
+    code, out, err = lab_generate_in_process(capsysbinary, monkeypatch, str(run_dir), *args, stdin=stdin)
+    lines = [line for line in err.decode().splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}"), err
+    assert out == b""
+
+
+def test_missing_model_path_is_one_line_exit_2(tmp_path, capsysbinary, monkeypatch):
+    code, _, err = lab_generate_in_process(capsysbinary, monkeypatch, str(tmp_path / "nothing.ckpt"), "--prompt", "x")
+    assert code == 2 and err.decode().startswith("error: checkpoint")
+
+
+def test_a_real_run_logs_draft_agreement(run_dir):
+    final = read_run(run_dir)["final_metrics"]
+    chain = [final[f"val/agree_chain/h{k}"] for k in (2, 3)]
+    assert all(0.0 <= final[f"val/agree/h{k}"] <= 1.0 for k in (2, 3)) and "val/agree/h1" not in final
+    assert final["val/est_tokens_per_forward"] == pytest.approx(1 + chain[0] + chain[0] * chain[1], abs=1e-5)

@@ -26,6 +26,16 @@ class SweepReport(Callback):
         self.log_to_wandb = log_to_wandb
         self.fail_on_failed_jobs = fail_on_failed_jobs
 
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.enabled and wandb_publish_requested(config):  # refuse before any job runs, not after the sweep
+            from lab.report.wandb_report import wandb_workspaces
+
+            try:
+                wandb_workspaces(field="report.wandb_publish")
+            except ReportError as error:
+                print(f"error: {error}", file=sys.stderr)
+                sys.exit(2)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.enabled:
             return
@@ -42,6 +52,8 @@ class SweepReport(Callback):
         print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed)", file=sys.stderr)
         if self.log_to_wandb:
             self._log_to_wandb(config, report)
+        if wandb_publish_requested(config):
+            self._publish_to_wandb(config, sweep_dir)
         if report.n_failed and self.fail_on_failed_jobs:
             print(f"error: sweep: {report.n_failed} of {report.n_ok + report.n_failed} jobs failed (see {report.markdown})", file=sys.stderr)
             sys.exit(1)
@@ -60,3 +72,26 @@ class SweepReport(Callback):
             )
         except Exception as error:  # the report on disk is the record; wandb is a copy
             print(f"warning: report not logged to wandb: {type(error).__name__}: {error}", file=sys.stderr)
+
+    @staticmethod
+    def _publish_to_wandb(config: DictConfig, sweep_dir: Path) -> None:
+        """`report.wandb_publish=true`: the sweep as a wandb Report, after the run-directory report."""
+        wandb_cfg = OmegaConf.select(config, "logger.wandb")
+        if wandb_cfg is None:
+            print("warning: report.wandb_publish: no wandb logger in this sweep (logger.wandb), nothing to publish", file=sys.stderr)
+            return
+        from lab.report.wandb_report import publish_after_sweep
+
+        try:
+            line = publish_after_sweep(
+                sweep_dir, project=str(wandb_cfg.project), entity=wandb_cfg.get("entity"), group=str(wandb_cfg.get("group") or config.sweep_name),
+                online=str(wandb_cfg.get("mode") or "offline") == "online", workspace=bool(OmegaConf.select(config, "report.wandb_workspace")),
+            )
+        except Exception as error:  # the report on disk is the record; the wandb Report is a view of it
+            print(f"warning: report.wandb_publish: not published: {type(error).__name__}: {error}", file=sys.stderr)
+            return
+        print(line, file=sys.stderr)
+
+
+def wandb_publish_requested(config: DictConfig) -> bool:
+    return bool(OmegaConf.select(config, "report.wandb_publish") or OmegaConf.select(config, "report.wandb_workspace"))

@@ -1,0 +1,364 @@
+"""A sweep as a wandb Report (and a saved Workspace view), built with wandb's own `wandb-workspaces`.
+
+What a Report shows follows the data: a panel exists for each metric key the job runs logged
+(a horizon no run reached gets no panel, decoding panels appear once runs log `decode/*`).
+Its run sets hold the sweep's job runs (wandb group = the sweep name, the report run left
+out), grouped by the sweep dimensions, each resolved to the key it has in the runs' wandb
+configs. The Markdown block carries the findings exactly as report.md words them.
+
+`publish(...)` saves through the library (network); `dry_run_json(...)` writes the pydantic
+model that the same save would send, without network: this is how the builder is tested.
+Run sets name no project of their own, so they show the runs of the Report's entity/project
+(the library would otherwise look the project's internal id up over the network).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.report.records import ReportError, Sweep, override_items
+from lab.report.render import findings, summary_lines
+from lab.report.table import SEED_KEYS, sweep_dimensions, variants
+
+INSTALL_HINT = "pip install -e '.[wandb-reports]'"
+DRY_RUN_FILE = "wandb_report.json"  # in the sweep dir when report.wandb_publish meets an offline sweep
+REPORT_JOB_TYPE = "report"  # the sweep's own report run (lab.report.build.log_report_to_wandb)
+X_AXIS = "trainer/global_step"  # Lightning's step; wandb's own `_step` counts log calls, not steps
+HORIZON_KEY = re.compile(r"^(?P<base>.+)/h(?P<k>\d+)$")
+DECODING_KEY = re.compile(r"^(decode/.+|val/agree(_chain)?/h\d+|val/est_tokens_per_forward)$")
+GRAD_COSINE_KEY = re.compile(r"^grad/cos/")
+GRAD_COSINE_MEDIA = "figures/grad_cosine"  # logged by the report run (figures/<png stem>)
+LOGIT_MEMORY_KEYS = ("mem/logits_live_bytes", "mem/saved_peak_bytes")
+TEACHER_FORCED_NOTE = "DeepSeek depths teacher-forced; independent heads predict blind"
+
+
+def wandb_workspaces(field: str = "--publish"):
+    """(reports v2, workspaces, expr) of the optional extra, or one line naming the install command."""
+    try:
+        import wandb_workspaces.reports.v2 as wr
+        import wandb_workspaces.workspaces as ws
+        from wandb_workspaces import expr
+    except ImportError:
+        raise ReportError(f"{field}: needs the optional package wandb-workspaces; install it with: {INSTALL_HINT}") from None
+    return wr, ws, expr
+
+
+# ---- which keys the runs logged ------------------------------------------------------------
+
+
+def logged_keys(sweep: Sweep) -> set[str]:
+    """Every metric name any job logged (history) or ended with (final metrics)."""
+    keys: set[str] = set()
+    for record in sweep.records:
+        keys |= set(record["history"]) | set(record["final"])
+    return keys
+
+
+def horizon_keys(keys: set[str], base: str) -> list[str]:
+    """`{base}/h{k}` keys present, ordered by k (h2 before h10)."""
+    found = [(int(m.group("k")), name) for name in keys if (m := HORIZON_KEY.match(name)) and m.group("base") == base]
+    return [name for _, name in sorted(found)]
+
+
+# ---- sweep dimensions → wandb config keys --------------------------------------------------------
+
+
+def leaves(config: dict, prefix: str = "") -> dict[str, object]:
+    """Nested config → {dotted path: leaf value}."""
+    out: dict[str, object] = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(leaves(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def comparable(value) -> object:
+    """An override string and a config value compare equal when they denote the same value (3e-3 == 0.003)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    text = str(value).strip()
+    if text.lower() in ("true", "false", "null", "none"):
+        return {"none": "null"}.get(text.lower(), text.lower())
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if math.isfinite(number) else text
+
+
+def config_key(dimension: str, override_values: set[str], configs: list[dict]) -> str | None:
+    """The dotted wandb-config path that holds a sweep dimension, or None when no config holds it.
+
+    Candidates, first match wins: the override path itself (`head.k`, `optim.lr`); a leaf under a
+    config group whose value is the group choice (`head=parallel` → `head.name`); the last path
+    segment anywhere (Lightning logs the DataModule's arguments at top level: `data.seq_len` →
+    `seq_len`). A candidate holds when every config has it and its values are the override values.
+    """
+    flat = [leaves(config) for config in configs]
+    if not flat:
+        return None
+    wanted = {comparable(v) for v in override_values}
+    path = dimension.lstrip("+")
+    last = path.rsplit(".", 1)[-1]
+    common = set.intersection(*(set(f) for f in flat))
+    under = sorted((p for p in common if p.startswith(path + ".")), key=lambda p: (p != f"{path}.name", p))
+    elsewhere = sorted((p for p in common if p == last or p.endswith("." + last)), key=lambda p: (p.count("."), p))
+    for candidate in [path, *under, *elsewhere]:
+        if candidate in common and {comparable(f[candidate]) for f in flat} == wanted:
+            return candidate
+    return None
+
+
+@dataclass
+class Grouping:
+    keys: list[str] = field(default_factory=list)  # dotted wandb config paths, in dimension order
+    unresolved: list[str] = field(default_factory=list)  # dimensions no run config holds
+
+
+def grouping(sweep: Sweep, configs: list[dict]) -> Grouping:
+    """The sweep dimensions (seeds aside: runs that differ only by seed are one variant) as wandb config keys."""
+    out = Grouping()
+    for dimension in sweep_dimensions(sweep.records):
+        if dimension in SEED_KEYS:
+            continue
+        values = {v for r in sweep.records for k, v in override_items(r["overrides"]) if k == dimension}
+        key = config_key(dimension, values, configs)
+        if key is None:
+            out.unresolved.append(dimension)
+        elif key not in out.keys:
+            out.keys.append(key)
+    return out
+
+
+# ---- content: sections of panels, shared by the Report and the Workspace ---------------------------
+
+
+@dataclass
+class Section:
+    title: str
+    panels: list = field(default_factory=list)
+    report_run: bool = False  # the panels show the sweep's report run (its logged figures), not the jobs
+
+
+@dataclass
+class Content:
+    title: str
+    markdown: str
+    sections: list[Section]
+    grouping: Grouping
+    group: str
+    table_columns: list[str]
+
+
+def findings_markdown(sweep: Sweep, grouping_: Grouping) -> str:
+    """The findings exactly as report.md writes them, under the sweep's summary lines."""
+    groups = variants(sweep.records)
+    lines = [*summary_lines(sweep, groups), "", "## Findings", ""]
+    lines += [f"- {line}" for line in findings(sweep, groups)] or ["- no completed runs"]
+    if grouping_.unresolved:
+        lines += ["", "Not grouped by (no run config holds them): " + ", ".join(f"`{d}`" for d in grouping_.unresolved) + "."]
+    return "\n".join(lines)
+
+
+def horizon_note(sweep: Sweep, key: str) -> str:
+    """DESIGN §7: a DeepSeek depth's k ≥ 2 metrics are teacher-forced; say so where they meet blind heads."""
+    match = HORIZON_KEY.match(key)
+    if not match or int(match.group("k")) < 2:
+        return ""
+    heads = {r.get("head") for r in sweep.completed}
+    if "deepseek" not in heads:
+        return ""
+    return f" ({TEACHER_FORCED_NOTE})" if heads - {"deepseek"} else " (teacher-forced)"
+
+
+def build_content(sweep: Sweep, configs: list[dict], *, group: str, title: str | None = None) -> Content:
+    """The Report's text and panels for a sweep; `configs` are the job runs' wandb configs."""
+    wr, _, _ = wandb_workspaces()
+    if not sweep.completed:
+        raise ReportError(f"{sweep.source}: no completed runs to put in a wandb report")
+    keys = logged_keys(sweep)
+    grouped = grouping(sweep, configs)
+    aggregate = {"groupby_aggfunc": "mean", "groupby_rangefunc": "stddev"}  # mean ± sd over seeds, as report.md
+
+    def line(key: str, what: str = "") -> object:
+        return wr.LinePlot(title=f"{what or key}{horizon_note(sweep, key)}", x=X_AXIS, y=[key], title_x=X_AXIS, **aggregate)
+
+    def bar(key: str, what: str = "") -> object:
+        # y-axis from zero (range_x is the value axis of a wandb bar chart, vertical or not)
+        return wr.BarPlot(title=what or key, metrics=[key], orientation="v", range_x=(0, None), **aggregate)
+
+    sections: list[Section] = []
+    if "val/loss" in keys:
+        sections.append(Section("Next-token validation loss by variant", [bar("val/loss", "final val/loss (nats), mean ± sd over seeds")]))
+    losses = [line(key) for base in ("val/loss", "train/loss") for key in horizon_keys(keys, base)]
+    if losses:
+        sections.append(Section("Per-horizon loss", losses))
+    accuracy = [line(key) for base in ("val/acc", "val/chain_acc") for key in horizon_keys(keys, base)]
+    if accuracy:
+        sections.append(Section("Per-horizon accuracy and chain acceptance", accuracy))
+    cosines = sorted(k for k in keys if GRAD_COSINE_KEY.match(k))
+    if cosines:
+        sections.append(Section("Gradient cosine between horizons", [wr.MediaBrowser(title="gradient cosine (report run)", media_keys=[GRAD_COSINE_MEDIA])],
+                                report_run=True))
+        sections.append(Section("Gradient cosine per run", [wr.LinePlot(title="grad/cos", x=X_AXIS, y=cosines, title_x=X_AXIS, **aggregate)]))
+    weights = horizon_keys(keys, "train/weight_eff")
+    if weights:
+        sections.append(Section("Effective loss weights", [wr.LinePlot(title="train/weight_eff per horizon", x=X_AXIS, y=weights, title_x=X_AXIS, **aggregate)]))
+    memory = [bar(key, f"{key} (bytes)") for key in LOGIT_MEMORY_KEYS if key in keys]
+    if memory:
+        sections.append(Section("Logit memory", memory))
+    decoding = sorted((k for k in keys if DECODING_KEY.match(k)), key=lambda k: (not k.startswith("decode/"), k))
+    if decoding:
+        sections.append(Section("Decoding", [bar(key) for key in decoding]))
+    columns = [wr.ParallelCoordinatesPlotColumn(metric=wr.Config(key)) for key in grouped.keys]
+    comparison = [wr.RunComparer(diff_only="split")]
+    if "val/loss" in keys and columns:
+        comparison.insert(0, wr.ParallelCoordinatesPlot(title="sweep dimensions → val/loss",
+                                                        columns=[*columns, wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric("val/loss"))]))
+    sections.append(Section("Sweep dimensions and runs", comparison))
+    table = [f"summary:{key}" for key in ("val/loss", "val/bpb", *horizon_keys(keys, "val/loss")) if key in keys]
+    return Content(
+        title=title or f"Sweep report: {group}", markdown=findings_markdown(sweep, grouped), sections=sections,
+        grouping=grouped, group=group, table_columns=table,
+    )
+
+
+# ---- the library objects ----------------------------------------------------------------------
+
+
+def stable_id(*parts: str) -> str:
+    """Deterministic panel/run-set ids: the same sweep gives the same JSON, byte for byte."""
+    return hashlib.sha1("/".join(parts).encode()).hexdigest()[:12]
+
+
+def job_filter(expr, group: str, report_run: bool = False) -> list:
+    job_type = expr.Metric("JobType")
+    return [expr.Metric("Group") == group, job_type == REPORT_JOB_TYPE if report_run else job_type != REPORT_JOB_TYPE]
+
+
+def as_report(content: Content, *, entity: str, project: str):
+    """Content → `wandb_workspaces.reports.v2.Report` (unsaved)."""
+    wr, _, expr = wandb_workspaces()
+    groupby = [f"config.{key}" for key in content.grouping.keys]
+    config_columns = [f"config:{expr.groupby_str_to_key(g).name}" for g in groupby]
+    blocks: list = [wr.MarkdownBlock(text=content.markdown)]
+    for index, section in enumerate(content.sections):
+        runset = wr.Runset(
+            name="report run" if section.report_run else f"{content.group} jobs",
+            filters=job_filter(expr, content.group, section.report_run),
+            groupby=[] if section.report_run else groupby,
+            pinned_columns=[] if section.report_run else ["run:displayName", *config_columns, *content.table_columns],
+        )
+        runset._id = stable_id(content.group, "runset", str(index))
+        for number, panel in enumerate(section.panels):
+            panel._id = stable_id(content.group, "panel", str(index), str(number))
+        blocks += [wr.H2(text=section.title), wr.PanelGrid(runsets=[runset], panels=section.panels)]
+    description = f"mtp-lab sweep `{content.group}`; grouped by " + (", ".join(content.grouping.keys) or "nothing (one configuration)")
+    return wr.Report(entity=entity, project=project, title=content.title[:128], description=description, blocks=blocks, width="fluid")
+
+
+def as_workspace(content: Content, *, entity: str, project: str, n_runs: int):
+    """Content → `wandb_workspaces.workspaces.Workspace` (unsaved): the same sections over the group's job runs.
+
+    A workspace has one run set, the job runs; the report run's figures are left out of it."""
+    wr, ws, expr = wandb_workspaces()
+    sections = [ws.Section(name="Findings", panels=[wr.MarkdownPanel(markdown=content.markdown)], is_open=True)]
+    sections += [ws.Section(name=s.title, panels=s.panels, is_open=True) for s in content.sections if not s.report_run]
+    for index, section in enumerate(sections):
+        for number, panel in enumerate(section.panels):
+            panel._id = stable_id(content.group, "workspace", str(index), str(number))
+    return ws.Workspace(
+        entity=entity, project=project, name=f"mtp-lab {content.group}"[:128], sections=sections,
+        settings=ws.WorkspaceSettings(x_axis=X_AXIS, max_runs=max(10, n_runs)),
+        runset_settings=ws.RunsetSettings(filters=job_filter(expr, content.group), groupby=[expr.Config(k) for k in content.grouping.keys]),
+    )
+
+
+def serialised(obj) -> dict:
+    """The pydantic model `save()` sends (by alias, nulls dropped), as JSON-ready data."""
+    return obj._to_model().model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# ---- entry points -------------------------------------------------------------------------------
+
+
+@dataclass
+class Published:
+    report_url: str | None = None
+    workspace_url: str | None = None
+    dry_run: Path | None = None
+    n_panels: int = 0
+
+
+def publish(sweep: Sweep, configs: list[dict], *, entity: str | None, project: str, group: str, title: str | None = None,
+            report: bool = True, workspace: bool = False, dry_run: str | Path | None = None) -> Published:
+    """Build the Report and/or Workspace; save them (network) or, with `dry_run`, write their models to that JSON file."""
+    content = build_content(sweep, configs, group=group, title=title)
+    entity_kw = {"entity": entity} if entity else {}  # no entity: the library asks the API for the default one
+    if dry_run is not None:
+        entity_kw = {"entity": entity or ""}
+    built = {}
+    if report:
+        built["report"] = as_report(content, project=project, **entity_kw)
+    if workspace:  # its own panel objects: a panel belongs to one page
+        workspace_content = build_content(sweep, configs, group=group, title=title)
+        built["workspace"] = as_workspace(workspace_content, project=project, n_runs=len(sweep.records), **entity_kw)
+    out = Published(n_panels=sum(len(s.panels) for s in content.sections))
+    if dry_run is not None:
+        path = Path(dry_run)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {name: serialised(obj) for name, obj in built.items()}
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+        tmp.replace(path)
+        out.dry_run = path
+        return out
+    try:
+        if "report" in built:
+            out.report_url = built["report"].save().url
+        if "workspace" in built:
+            out.workspace_url = built["workspace"].save().url
+    except Exception as error:  # network, auth, permissions
+        message = str(error).splitlines()[0] if str(error) else ""
+        raise ReportError(f"wandb report for {entity or '<default entity>'}/{project} group {group}: {type(error).__name__}: {message}") from None
+    return out
+
+
+def job_configs(runs: list[dict]) -> list[dict]:
+    return [run.get("config") or {} for run in runs if run.get("job_type") != REPORT_JOB_TYPE]
+
+
+def publish_sweep_dir(sweep_dir: str | Path, *, entity: str | None, project: str, group: str | None = None, **options) -> Published:
+    """A sweep directory's report as a wandb Report: the records (and so the findings) of report.md, the
+    grouping keys from the wandb configs in the jobs' local run files."""
+    from lab.report.records import collect_sweep
+    from lab.report.wandb_local import local_runs
+
+    sweep = collect_sweep(sweep_dir)
+    group = group or sweep.name
+    configs = job_configs(local_runs(sweep_dir, group))
+    if not configs:
+        raise ReportError(f"{sweep_dir}: no local wandb runs of group '{group}' (was the wandb logger on? --group names another group)")
+    return publish(sweep, configs, entity=entity, project=project, group=group, **options)
+
+
+
+def publish_after_sweep(sweep_dir: str | Path, *, project: str, entity: str | None, group: str, online: bool, workspace: bool) -> str:
+    """`report.wandb_publish=true` at the end of a multirun: save when wandb is online, else write the dry run."""
+    dry_run = None if online else Path(sweep_dir) / DRY_RUN_FILE
+    done = publish_sweep_dir(sweep_dir, entity=entity, project=project, group=group, workspace=workspace, dry_run=dry_run)
+    if dry_run is not None:
+        where = f"{entity}/{project}" if entity else "ENTITY/" + project
+        return (f"wandb report: offline, so nothing published; what would be saved: {dry_run}; publish after `wandb sync` with: "
+                f"lab-report {sweep_dir} --wandb {where} --group {group} --publish" + (" --workspace" if workspace else ""))
+    return "; ".join(f"wandb {kind}: {url}" for kind, url in (("report", done.report_url), ("workspace", done.workspace_url)) if url)

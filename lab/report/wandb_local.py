@@ -10,13 +10,15 @@ into records exactly as it does for runs fetched over the network.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lab.report.records import ReportError
 
 EXIT_OK = 0
+READERS = 8  # reader processes at once: each mostly waits on its own start-up
 
 
 def run_files(root: str | Path) -> list[Path]:
@@ -28,10 +30,9 @@ def run_files(root: str | Path) -> list[Path]:
 
 
 def inspect_records(path: Path) -> list[dict]:
-    wandb_cli = shutil.which("wandb")
-    if wandb_cli is None:
-        raise ReportError(f"{path}: the `wandb` command is not on PATH (it reads local run files)")
-    result = subprocess.run([wandb_cli, "leet", "inspect", "--json", str(path)], capture_output=True, text=True, timeout=120, check=False)
+    # this interpreter's wandb, whatever PATH says
+    result = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(path)],
+                            capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0:
         raise ReportError(f"{path}: wandb leet inspect failed: {(result.stderr.strip().splitlines() or ['no output'])[-1]}")
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
@@ -87,5 +88,6 @@ def plain_run_from_file(path: str | Path) -> dict:
 
 def local_runs(root: str | Path, group: str | None = None) -> list[dict]:
     """The plain runs under a sweep directory (all of them, or those of one wandb group)."""
-    runs = [plain_run_from_file(path) for path in run_files(root)]
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        runs = list(pool.map(plain_run_from_file, run_files(root)))
     return [run for run in runs if group is None or run["group"] == group]

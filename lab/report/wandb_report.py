@@ -181,6 +181,78 @@ def horizon_note(sweep: Sweep, key: str) -> str:
     return f" ({TEACHER_FORCED_NOTE})" if heads - {"deepseek"} else " (teacher-forced)"
 
 
+@dataclass
+class Panels:
+    """What a section builder needs: the library, the sweep, the logged keys, the grouping keys."""
+
+    wr: object
+    sweep: Sweep
+    keys: set[str]
+    grouping: Grouping
+    aggregate: dict = field(default_factory=lambda: {"groupby_aggfunc": "mean", "groupby_rangefunc": "stddev"})  # mean ± sd over seeds
+
+    def line(self, keys: list[str], title: str) -> object:
+        return self.wr.LinePlot(title=title, x=X_AXIS, y=keys, title_x=X_AXIS, **self.aggregate)
+
+    def horizon_lines(self, *bases: str) -> list:
+        return [self.line([key], key + horizon_note(self.sweep, key)) for base in bases for key in horizon_keys(self.keys, base)]
+
+    def bar(self, key: str, title: str = "") -> object:
+        # y-axis from zero: the x-axis range of a wandb bar chart is its value axis
+        return self.wr.BarPlot(title=title or key, metrics=[key], orientation="v", range_x=(0, None), **self.aggregate)
+
+
+def val_loss_bars(p: Panels) -> list:
+    return [p.bar("val/loss", "final val/loss (nats), mean ± sd over seeds")] if "val/loss" in p.keys else []
+
+
+def grad_cosine_figure(p: Panels) -> list:
+    """The report run's gradient-cosine figure (drawn whenever the jobs logged grad/cos)."""
+    return [p.wr.MediaBrowser(title="gradient cosine (report run)", media_keys=[GRAD_COSINE_MEDIA])] if any(map(GRAD_COSINE_KEY.match, p.keys)) else []
+
+
+def grad_cosine_lines(p: Panels) -> list:
+    cosines = sorted(k for k in p.keys if GRAD_COSINE_KEY.match(k))
+    return [p.line(cosines, "grad/cos")] if cosines else []
+
+
+def effective_weights(p: Panels) -> list:
+    weights = horizon_keys(p.keys, "train/weight_eff")
+    return [p.line(weights, "train/weight_eff per horizon")] if weights else []
+
+
+def logit_memory(p: Panels) -> list:
+    return [p.bar(key, f"{key} (bytes)") for key in LOGIT_MEMORY_KEYS if key in p.keys]
+
+
+def decoding(p: Panels) -> list:
+    """decode/* first, then draft agreement; nothing until runs log them (lab.decode, DESIGN §10)."""
+    return [p.bar(key) for key in sorted((k for k in p.keys if DECODING_KEY.match(k)), key=lambda k: (not k.startswith("decode/"), k))]
+
+
+def dimensions_and_runs(p: Panels) -> list:
+    columns = [p.wr.ParallelCoordinatesPlotColumn(metric=p.wr.Config(key)) for key in p.grouping.keys]
+    out = [p.wr.RunComparer(diff_only="split")]
+    if columns and "val/loss" in p.keys:
+        target = p.wr.ParallelCoordinatesPlotColumn(metric=p.wr.SummaryMetric("val/loss"))
+        out.insert(0, p.wr.ParallelCoordinatesPlot(title="sweep dimensions → val/loss", columns=[*columns, target]))
+    return out
+
+
+# (title, builder, shows the report run): in page order; a builder with no data returns no panels
+SECTIONS = (
+    ("Next-token validation loss by variant", val_loss_bars, False),
+    ("Per-horizon loss", lambda p: p.horizon_lines("val/loss", "train/loss"), False),
+    ("Per-horizon accuracy and chain acceptance", lambda p: p.horizon_lines("val/acc", "val/chain_acc"), False),
+    ("Gradient cosine between horizons", grad_cosine_figure, True),
+    ("Gradient cosine per run", grad_cosine_lines, False),
+    ("Effective loss weights", effective_weights, False),
+    ("Logit memory", logit_memory, False),
+    ("Decoding", decoding, False),
+    ("Sweep dimensions and runs", dimensions_and_runs, False),
+)
+
+
 def build_content(sweep: Sweep, configs: list[dict], *, group: str, title: str | None = None) -> Content:
     """The Report's text and panels for a sweep; `configs` are the job runs' wandb configs."""
     wr, _, _ = wandb_workspaces()
@@ -188,44 +260,8 @@ def build_content(sweep: Sweep, configs: list[dict], *, group: str, title: str |
         raise ReportError(f"{sweep.source}: no completed runs to put in a wandb report")
     keys = logged_keys(sweep)
     grouped = grouping(sweep, configs)
-    aggregate = {"groupby_aggfunc": "mean", "groupby_rangefunc": "stddev"}  # mean ± sd over seeds, as report.md
-
-    def line(key: str, what: str = "") -> object:
-        return wr.LinePlot(title=f"{what or key}{horizon_note(sweep, key)}", x=X_AXIS, y=[key], title_x=X_AXIS, **aggregate)
-
-    def bar(key: str, what: str = "") -> object:
-        # y-axis from zero (range_x is the value axis of a wandb bar chart, vertical or not)
-        return wr.BarPlot(title=what or key, metrics=[key], orientation="v", range_x=(0, None), **aggregate)
-
-    sections: list[Section] = []
-    if "val/loss" in keys:
-        sections.append(Section("Next-token validation loss by variant", [bar("val/loss", "final val/loss (nats), mean ± sd over seeds")]))
-    losses = [line(key) for base in ("val/loss", "train/loss") for key in horizon_keys(keys, base)]
-    if losses:
-        sections.append(Section("Per-horizon loss", losses))
-    accuracy = [line(key) for base in ("val/acc", "val/chain_acc") for key in horizon_keys(keys, base)]
-    if accuracy:
-        sections.append(Section("Per-horizon accuracy and chain acceptance", accuracy))
-    cosines = sorted(k for k in keys if GRAD_COSINE_KEY.match(k))
-    if cosines:
-        sections.append(Section("Gradient cosine between horizons", [wr.MediaBrowser(title="gradient cosine (report run)", media_keys=[GRAD_COSINE_MEDIA])],
-                                report_run=True))
-        sections.append(Section("Gradient cosine per run", [wr.LinePlot(title="grad/cos", x=X_AXIS, y=cosines, title_x=X_AXIS, **aggregate)]))
-    weights = horizon_keys(keys, "train/weight_eff")
-    if weights:
-        sections.append(Section("Effective loss weights", [wr.LinePlot(title="train/weight_eff per horizon", x=X_AXIS, y=weights, title_x=X_AXIS, **aggregate)]))
-    memory = [bar(key, f"{key} (bytes)") for key in LOGIT_MEMORY_KEYS if key in keys]
-    if memory:
-        sections.append(Section("Logit memory", memory))
-    decoding = sorted((k for k in keys if DECODING_KEY.match(k)), key=lambda k: (not k.startswith("decode/"), k))
-    if decoding:
-        sections.append(Section("Decoding", [bar(key) for key in decoding]))
-    columns = [wr.ParallelCoordinatesPlotColumn(metric=wr.Config(key)) for key in grouped.keys]
-    comparison = [wr.RunComparer(diff_only="split")]
-    if "val/loss" in keys and columns:
-        comparison.insert(0, wr.ParallelCoordinatesPlot(title="sweep dimensions → val/loss",
-                                                        columns=[*columns, wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric("val/loss"))]))
-    sections.append(Section("Sweep dimensions and runs", comparison))
+    panels = Panels(wr, sweep, keys, grouped)
+    sections = [Section(name, found, report_run) for name, build, report_run in SECTIONS if (found := build(panels))]
     table = [f"summary:{key}" for key in ("val/loss", "val/bpb", *horizon_keys(keys, "val/loss")) if key in keys]
     return Content(
         title=title or f"Sweep report: {group}", markdown=findings_markdown(sweep, grouped), sections=sections,

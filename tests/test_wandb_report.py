@@ -131,7 +131,8 @@ def test_cli_dry_run_equals_the_sweep_end_publish(sweep_dir, tmp_path):
 
 
 def synthetic_run(head: str, k: int, seed: int, decode: bool) -> dict:
-    history = [{"trainer/global_step": step, **{f"val/loss/h{h}": 3.0 + 0.1 * h for h in range(1, k + 1)}} for step in range(3)]
+    history = [{"trainer/global_step": step, "grad/cos/leaf/h1_h2": 0.1, **{f"val/loss/h{h}": 3.0 + 0.1 * h for h in range(1, k + 1)}}
+               for step in range(3)]
     summary = {"val/loss": 3.1, **{f"val/loss/h{h}": 3.0 + 0.1 * h for h in range(1, k + 1)}}
     if decode:
         summary.update({"decode/tokens_per_forward": 1.7, "decode/accept/p1": 0.6, "decode/accept/p2": 0.3, "decode/speedup": 1.2})
@@ -157,6 +158,10 @@ def test_decoding_panels_only_when_runs_log_decode_metrics(tmp_path):
     # seeds are one variant, so the grouping is the head and K, never the seed
     grids = panel_grids(with_decode)
     assert grids[0]["metadata"]["runSets"][0]["grouping"] == [{"section": "config", "name": "head.value.name"}]
+    for report in (with_decode, without):  # the report run's gradient-cosine figure, from its own run set
+        grid = next(g for g in panel_grids(report) if g["metadata"]["runSets"][0]["name"] == "report run")
+        assert filters(grid["metadata"]["runSets"][0]) == [("run", "group", "=", "g"), ("run", "jobType", "=", "report")]
+        assert [p["config"]["mediaKeys"] for p in grid["metadata"]["panelBankSectionConfig"]["panels"]] == [["figures/grad_cosine"]]
     titles = {p["config"]["metrics"][0]: p["config"].get("chartTitle") for p in panels(with_decode) if p["config"].get("metrics")}
     assert "teacher-forced" in titles["val/loss/h2"] and "teacher-forced" not in titles["val/loss/h1"]  # DESIGN §7
 

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.report.figures import REPORT_FIGURES, grad_cosine_heatmaps
 from lab.report.records import ReportError, Sweep, override_items
 from lab.report.render import findings, summary_lines
 from lab.report.table import SEED_KEYS, sweep_dimensions, variants
@@ -32,7 +33,8 @@ X_AXIS = "trainer/global_step"  # Lightning's step; wandb's own `_step` counts l
 HORIZON_KEY = re.compile(r"^(?P<base>.+)/h(?P<k>\d+)$")
 DECODING_KEY = re.compile(r"^(decode/.+|val/agree(_chain)?/h\d+|val/est_tokens_per_forward)$")
 GRAD_COSINE_KEY = re.compile(r"^grad/cos/")
-GRAD_COSINE_MEDIA = "figures/grad_cosine"  # logged by the report run (figures/<png stem>)
+# the report run logs each figure as figures/<png stem> (lab.report.build.log_report_to_wandb)
+GRAD_COSINE_MEDIA = "figures/" + Path(next(name for name, draw, _ in REPORT_FIGURES if draw is grad_cosine_heatmaps)).stem
 LOGIT_MEMORY_KEYS = ("mem/logits_live_bytes", "mem/saved_peak_bytes")
 TEACHER_FORCED_NOTE = "DeepSeek depths teacher-forced; independent heads predict blind"
 

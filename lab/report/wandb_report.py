@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.report.figures import REPORT_FIGURES, grad_cosine_heatmaps
+from lab.report.sweep_figures import REPORT_FIGURES, grad_cosine_heatmaps
 from lab.report.records import ReportError, Sweep, override_items
 from lab.report.render import findings, summary_lines
 from lab.report.table import SEED_KEYS, sweep_dimensions, variants

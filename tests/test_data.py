@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import json
+import pathlib
+import shlex
 
 import datasets
 import numpy as np
@@ -26,6 +29,9 @@ from lab.data import (
 )
 from lab.data.tokenizers import bpe_cache_path
 from lab.errors import ConfigError
+from tests.cli import TINY, lab_train, read_run
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 EOS, PAD = ByteTokenizer.eos_id, ByteTokenizer.pad_id
 
@@ -307,7 +313,7 @@ def test_datamodule_batches_have_design_keys_and_shapes(jsonl_corpus, tmp_path):
         assert batch["tokens"].max() < module.vocab_size == 259
     assert all(batch["tokens"].shape == (4, 32) for batch in module.train_dataloader())  # drop_last
     assert len(module.val_rows) == 3
-    assert torch.equal(next(iter(module.val_dataloader()))["tokens"], module.val_rows.tokens[:3])  # no shuffle
+    assert torch.equal(next(iter(module.val_dataloader()))["tokens"], module.val_rows.as_dict()["tokens"])  # no shuffle
 
     stats = module.corpus_stats
     assert stats["n_docs_train"] + stats["n_docs_val"] == 60
@@ -334,7 +340,7 @@ def test_datamodule_with_bpe(jsonl_corpus, tmp_path):
     assert (batch["tokens"][~batch["active"]] == module.tokenizer.pad_id).all()
     again = make_module(jsonl_corpus, tmp_path, tokenizer="bpe", vocab_size=320)
     assert again.tokenizer_identity == module.tokenizer_identity
-    assert torch.equal(again.train_rows.tokens, module.train_rows.tokens)
+    assert torch.equal(again.train_rows.as_dict()["tokens"], module.train_rows.as_dict()["tokens"])
 
 
 def test_datamodule_on_stdlib_is_fast_enough_and_cached(tmp_path):
@@ -381,3 +387,309 @@ def test_reading_results_before_setup_is_an_error():
     assert module.vocab_size == 259  # known from the config alone
     with pytest.raises(RuntimeError, match="setup"):
         module.train_rows
+
+
+# ------------------------------------------------------- sources as users name them
+
+
+def write_formats(folder, texts):
+    """The same documents in every local format the extension inference knows; name → (path, field, source)."""
+    import gzip
+
+    import zstandard
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps({"content": t}) + "\n" for t in texts)
+    (folder / "docs.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    with gzip.open(folder / "docs.txt.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(texts) + "\n")
+    (folder / "docs.json").write_text(json.dumps([{"content": t} for t in texts]), encoding="utf-8")
+    (folder / "docs.jsonl").write_text(lines, encoding="utf-8")
+    with gzip.open(folder / "docs.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write(lines)
+    (folder / "docs.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines.encode("utf-8")))
+    datasets.Dataset.from_dict({"content": texts}).to_parquet(str(folder / "docs.parquet"))
+    return {
+        "docs.txt": ("text", "text"),
+        "docs.txt.gz": ("text", "text"),
+        "docs.json": ("json", "content"),
+        "docs.jsonl": ("jsonl", "content"),
+        "docs.jsonl.gz": ("jsonl", "content"),
+        "docs.jsonl.zst": ("jsonl", "content"),
+        "docs.parquet": ("parquet", "content"),
+    }
+
+
+def test_source_is_inferred_from_each_extension(tmp_path):
+    texts = numbered_docs(30)
+    formats = write_formats(tmp_path / "files", texts)
+    for file, (source, field) in formats.items():
+        path = str(tmp_path / "files" / file)
+        config = validate_data_config(source="auto", path=path, text_field=field)
+        assert config.source == source, file
+        corpus = load_corpus("auto", path=path, text_field=field, val_fraction=0.3, cache_dir=tmp_path / "cache")
+        assert corpus.source == source
+        assert sorted(sum(split_texts(corpus), [])) == sorted(texts), file
+
+
+def test_folders_globs_and_lists_of_one_format(tmp_path):
+    shards = tmp_path / "shards"
+    (shards / "part2").mkdir(parents=True)
+    write_jsonl(shards / "a.jsonl", ["alpha one", "alpha two"])
+    write_jsonl(shards / "part2" / "b.jsonl", ["beta one"])
+    (shards / ".hidden.swp").write_text("editor junk")  # hidden files in a folder are skipped
+    expected = ["alpha one", "alpha two", "beta one"]
+    for path in (str(shards), str(shards / "**" / "*.jsonl"), [str(shards / "a.jsonl"), str(shards / "part2")]):
+        corpus = load_corpus("auto", path=path, val_fraction=0.0, cache_dir=tmp_path / "cache")
+        assert corpus.source == "jsonl"
+        assert list(corpus.train["text"]) == expected, path  # file order, recursing into folders
+    # Files are named relative to their common folder: a moved corpus keeps its fingerprint.
+    moved = tmp_path / "elsewhere" / "shards"
+    moved.parent.mkdir()
+    shards.rename(moved)
+    assert load_corpus("auto", path=str(moved), val_fraction=0.0, cache_dir=tmp_path / "c2").fingerprint == corpus.fingerprint
+
+
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        (["a.jsonl", "b.txt"], "mixed formats (jsonl: a.jsonl, text: b.txt)"),
+        (["a.csv"], "cannot infer the format of a.csv"),
+        (["a.parquet.gz"], "parquet compresses internally"),
+        ([], "holds no files"),
+    ],
+)
+def test_unusable_local_paths_fail_with_one_line(tmp_path, files, message):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name in files:
+        (folder / name).write_text('{"text": "x"}\n')
+    with raises_config_error("data.path") as error:
+        LMDataModule(source="auto", path=str(folder), cache_dir=str(tmp_path / "cache"))
+    assert message in str(error.value) and "\n" not in str(error.value)
+    with raises_config_error("data.path") as error:
+        validate_data_config(source="auto", path=str(tmp_path / "nothing-*.jsonl"))
+    assert "no file matches" in str(error.value)
+
+
+def test_explicit_source_wins_over_the_extension(tmp_path):
+    path = write_jsonl(tmp_path / "docs.jsonl", ["first", "second"])
+    corpus = load_corpus("text", path=str(path), val_fraction=0.0, cache_dir=tmp_path / "cache")
+    assert list(corpus.train["text"]) == path.read_text().splitlines()  # each JSON line read as text
+    assert validate_data_config(source="text", path=str(path)).source == "text"
+
+
+def test_hub_settings_name_the_data_and_enter_the_fingerprint():
+    from lab.data.sources import HubDataset, hub_fingerprint
+
+    base = HubDataset(name="someone/corpus")
+    settings = {"min_doc_chars": 1, "max_docs": None, "val_fraction": 0.05}
+    variants = [
+        base,
+        HubDataset(name="someone/corpus", config_name="small"),
+        HubDataset(name="someone/corpus", split="validation"),
+        HubDataset(name="someone/corpus", revision="0123abcd"),
+        HubDataset(name="someone/other"),
+    ]
+    prints = [hub_fingerprint(v, "text", settings) for v in variants]
+    assert len(set(prints)) == len(prints)
+    assert hub_fingerprint(HubDataset(name="someone/corpus"), "text", settings) == prints[0]
+    assert hub_fingerprint(base, "content", settings) != prints[0]
+
+
+@pytest.mark.parametrize("field, value", [("config_name", "small"), ("split", "validation"), ("revision", "main")])
+def test_hub_only_settings_are_refused_for_other_sources(field, value):
+    with raises_config_error(f"data.{field}") as error:
+        validate_data_config(source="stdlib", **{field: value})
+    assert "only for data.source=hub" in str(error.value)
+
+
+def test_unreachable_hub_dataset_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # no network: datasets refuses before any request
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = lab_train("data=hub", "data.name=someone/not-cached-corpus", f"hydra.run.dir={tmp_path / 'run'}",
+                       cache_dir=tmp_path / "cache", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: data.name: cannot reach Hub dataset 'someone/not-cached-corpus'"), lines[0]
+    assert "HF_DATASETS_OFFLINE=1" in lines[0] and "data.path=" in lines[0]
+
+
+def test_readme_local_corpus_example_runs_verbatim(tmp_path, cache_dir):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    command = next(line for line in readme.splitlines() if line.startswith("lab-train data=text data.path=corpus.jsonl"))
+    texts = [f"def f{i}(x):\n    return x + {i}  # naïve\n" * (1 + i % 4) for i in range(80)]
+    write_jsonl(tmp_path / "corpus.jsonl", texts, field="content")
+    overrides = shlex.split(command.split("#")[0])[1:]  # the README line minus its comment, then a tiny model
+    result = lab_train(*overrides, *TINY, "data.max_docs=null", f"hydra.run.dir={tmp_path / 'run'}",
+                       cache_dir=cache_dir, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = read_run(tmp_path / "run")
+    assert record["status"] == "ok"
+    assert record["config"]["data"]["source"] == "auto" and record["manifest"]["tokenizer"]["kind"] == "bpe"
+    assert record["corpus_stats"]["n_docs_train"] + record["corpus_stats"]["n_docs_val"] == 80
+
+
+# ----------------------------------------------- memory-mapped rows, streaming rows
+
+
+def reference_rows(module):
+    """The previous implementation: the whole tokenized split flattened and packed in memory."""
+    from lab.data import pack_stream, token_stream
+
+    flat, lengths = token_stream(module.train_rows.stream.tokenized)
+    return pack_stream(flat, lengths, module.config.seq_len, module.tokenizer.pad_id)
+
+
+def loader_batches(rows, *, seed, batch_size, epochs, resume_step=0, shuffle=True, num_workers=0):
+    """Batches as Lightning draws them: ResumableSampler, set_epoch per epoch, resume inside the first."""
+    from lab.data.sampler import ResumableSampler
+
+    sampler = ResumableSampler(rows, seed=seed, batch_size=batch_size, shuffle=shuffle)
+    first_epoch = resume_step // sampler.batches_per_epoch
+    sampler.resume_at(resume_step)
+    loader = torch.utils.data.DataLoader(
+        rows, batch_size=batch_size, sampler=sampler, drop_last=True, num_workers=num_workers,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    batches = []
+    for epoch in range(first_epoch, first_epoch + epochs):
+        sampler.set_epoch(epoch)
+        batches += list(loader)
+    return batches
+
+
+def assert_batches_equal(got, expected):
+    assert len(got) == len(expected) > 0
+    for index, (a, b) in enumerate(zip(got, expected)):
+        assert a.keys() == b.keys()
+        for name in a:
+            assert a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]), (index, name)
+
+
+@pytest.fixture(scope="module")
+def stdlib_module(tmp_path_factory):
+    """The stdlib corpus tokenized by two processes: two Arrow shards, so rows span chunk boundaries."""
+    module = LMDataModule(max_docs=12, seq_len=64, batch_size=8, num_proc=2, cache_dir=str(tmp_path_factory.mktemp("c")))
+    module.setup("fit")
+    return module
+
+
+def test_mapped_rows_equal_the_in_memory_rows_row_by_row(stdlib_module):
+    rows, reference = stdlib_module.train_rows, reference_rows(stdlib_module)
+    views, offsets = rows.stream.chunks()
+    assert len(views) == 2 and all(v.dtype == np.uint16 for v in views)  # premise: two mapped uint16 shards
+    assert len(rows) == len(reference) and len(rows) % 8 != 0  # the last batch of an epoch is partial
+    straddling = int(np.searchsorted(np.arange(len(rows)) * 64, offsets[1])) - 1  # the row that crosses shards
+    assert straddling * 64 < offsets[1] < (straddling + 1) * 64
+    assert_batches_equal([rows[i] for i in range(len(rows))], [reference[i] for i in range(len(reference))])
+    assert not rows[len(rows) - 1]["active"].all()  # the padded last row is there too
+
+
+def test_mapped_batches_equal_the_previous_implementation_across_epochs_and_resume(stdlib_module):
+    rows, reference = stdlib_module.train_rows, reference_rows(stdlib_module)
+    per_epoch = len(rows) // 8
+    for seed in (0, 5):
+        assert_batches_equal(loader_batches(rows, seed=seed, batch_size=8, epochs=2),
+                             loader_batches(reference, seed=seed, batch_size=8, epochs=2))
+    resume = per_epoch + 3  # mid-way through the second epoch
+    full = loader_batches(reference, seed=5, batch_size=8, epochs=3)
+    assert_batches_equal(loader_batches(rows, seed=5, batch_size=8, epochs=2, resume_step=resume),
+                         full[resume : 3 * per_epoch])
+    # The loader the DataModule hands to Lightning draws the same batches, with workers too.
+    assert_batches_equal(list(stdlib_module.train_dataloader()), loader_batches(reference, seed=0, batch_size=8, epochs=1))
+    assert_batches_equal(loader_batches(rows, seed=0, batch_size=8, epochs=1, num_workers=2),
+                         loader_batches(reference, seed=0, batch_size=8, epochs=1))
+
+
+def test_mapped_rows_pickle_by_path_and_stats_match_the_stream(stdlib_module):
+    import pickle
+
+    rows = stdlib_module.train_rows
+    blob = pickle.dumps(rows)
+    assert len(blob) < rows.stream.n_tokens // 4  # the token stream is not in the pickle
+    again = pickle.loads(blob)
+    assert_batches_equal([again[i] for i in (0, 7, len(rows) - 1)], [rows[i] for i in (0, 7, len(rows) - 1)])
+    stats, reference = stdlib_module.corpus_stats, reference_rows(stdlib_module)
+    tokens = reference.tokens[reference.active].numpy()
+    assert stats["n_tokens_train"] == tokens.size and stats["n_rows_train"] == len(reference)
+    assert stats["unigram_bits_per_token"] == unigram_entropy_bits(tokens, 259)
+
+
+def test_token_dtype_is_the_smallest_that_holds_the_vocabulary():
+    from lab.data.packing import token_dtype, tokenized_features
+
+    assert [token_dtype(v) for v in (259, 4096, 65536, 65537, 200_000)] == ["uint16"] * 3 + ["uint32"] * 2
+    assert tokenized_features(65537)["ids"].feature.dtype == "uint32"
+
+
+def streaming_module(path, tmp_path, **overrides):
+    options = dict(source="jsonl", path=str(path), seq_len=32, batch_size=4, val_fraction=0.2,
+                   cache_dir=str(tmp_path / "cache"), shuffle=False, max_val_rows=5)
+    module = LMDataModule(**{**options, **overrides})
+    module.setup("fit")
+    return module
+
+
+def test_streaming_rows_equal_mapped_rows_with_the_shuffle_off(jsonl_corpus, tmp_path):
+    mapped = streaming_module(jsonl_corpus, tmp_path)
+    stream = streaming_module(jsonl_corpus, tmp_path, streaming=True)
+    per_epoch = len(mapped.train_rows) // 4
+    expected = loader_batches(mapped.train_rows, seed=0, batch_size=4, epochs=3, shuffle=False)
+    got = list(itertools.islice(iter(stream.train_dataloader()), 3 * per_epoch))  # crosses two epoch ends
+    assert_batches_equal(got, expected)
+    assert_batches_equal(list(stream.val_dataloader()), list(mapped.val_dataloader()))
+    assert stream.corpus_fingerprint == mapped.corpus_fingerprint
+    # Resume by skipping: the stream continues with the batch the interrupted run would have drawn.
+    resumed = stream.train_rows.resumed_at(per_epoch + 2)
+    loader = torch.utils.data.DataLoader(resumed, batch_size=4)
+    assert_batches_equal(list(itertools.islice(iter(loader), per_epoch)), expected[per_epoch + 2 : 2 * per_epoch + 2])
+    workers = torch.utils.data.DataLoader(resumed, batch_size=4, num_workers=2)
+    assert_batches_equal(list(itertools.islice(iter(workers), per_epoch)), expected[per_epoch + 2 : 2 * per_epoch + 2])
+
+
+def test_streaming_stdlib_matches_mapped_and_shuffles_by_seed_and_epoch(tmp_path):
+    options = dict(max_docs=30, seq_len=64, batch_size=4, cache_dir=str(tmp_path))
+    mapped = LMDataModule(**options, shuffle=False)
+    mapped.setup("fit")
+    stream = LMDataModule(**options, shuffle=False, streaming=True)
+    stream.setup("fit")
+    n = 10
+    assert_batches_equal(list(itertools.islice(iter(stream.train_dataloader()), n)), list(mapped.train_dataloader())[:n])
+
+    def first_tokens(seed, epoch_batches=0):
+        module = LMDataModule(**options, seed=seed, streaming=True, shuffle_buffer=8)
+        module.setup("fit")
+        batches = list(itertools.islice(iter(module.train_dataloader()), epoch_batches + n))
+        return torch.cat([b["tokens"] for b in batches[epoch_batches:]])
+
+    per_epoch = len(mapped.train_rows) // 4
+    assert torch.equal(first_tokens(1), first_tokens(1))
+    assert not torch.equal(first_tokens(1), first_tokens(2))
+    assert not torch.equal(first_tokens(1), first_tokens(1, per_epoch))  # the next epoch is reshuffled
+
+
+def test_streaming_training_resumes_exactly_and_matches_mapped_training(tmp_path):
+    from tests.fit_helpers import compose_cfg, fit
+
+    texts = [f"row {i}: " + "tok " * (3 + i % 5) for i in range(30)]
+    corpus = write_jsonl(tmp_path / "small.jsonl", texts)
+    base = ["data=text", f"data.path={corpus}", "data.max_docs=null", "data.shuffle=false", "data.val_fraction=0.1"]
+
+    def final_weights(*overrides, run, steps, ckpt_path=None):
+        cfg = compose_cfg(*base, *overrides, cache_dir=tmp_path / "cache")
+        trainer, module, datamodule = fit(cfg, tmp_path / run, max_steps=steps, every=4, ckpt_path=ckpt_path)
+        return module.state_dict(), datamodule
+
+    mapped, datamodule = final_weights(run="mapped", steps=9)
+    per_epoch = len(datamodule.train_rows) // 4
+    assert 4 < per_epoch < 9  # premise: the resume is mid-epoch 0, the run crosses into epoch 1
+    streamed, _ = final_weights("data.streaming=true", run="stream", steps=9)
+    final_weights("data.streaming=true", run="interrupted", steps=4)
+    resumed, _ = final_weights("data.streaming=true", run="interrupted", steps=9,
+                               ckpt_path=str(tmp_path / "interrupted" / "checkpoints" / "last.ckpt"))
+    for key, tensor in mapped.items():
+        assert torch.equal(streamed[key], tensor), key
+        assert torch.equal(resumed[key], tensor), key

@@ -2,10 +2,12 @@
 
 Construction only validates the config (cheap, so the CLI fails before any work).
 `prepare()` does the work once per process; Lightning calls it through
-`prepare_data()` (rank 0 first, filling the disk caches: BPE and tokenized docs) and
+`prepare_data()` (rank 0 first, filling the disk caches: BPE, tokenized docs, stats) and
 `setup()` (every rank, then loading from those caches).
 
-A batch is a dict with the four DESIGN.md §2 keys, each [B, S].
+Rows are built on the fly (`MappedRows` over the memory-mapped tokenized cache, or with
+`streaming=true` `StreamingRows` over a `datasets.IterableDataset`), so memory does not
+grow with the corpus. A batch is a dict with the four DESIGN.md §2 keys, each [B, S].
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import hashlib
 import json
 import math
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,22 +28,20 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from lab.data.packing import (
-    PackedRows,
-    check_seq_len,
-    pack_stream,
-    token_stream,
-    tokenize_documents,
-    unigram_entropy_bits,
-)
+from lab.data.packing import check_seq_len, tokenize_documents, unigram_entropy_bits_from_counts
 from lab.data.sampler import ResumableSampler
-from lab.data.sources import LOCAL_SOURCES, SOURCES, Corpus, load_corpus, resolve_local_files
+from lab.data.sources import SOURCES, Corpus, load_corpus, resolve_local_files
+from lab.data.streaming import StreamingRows
+from lab.data.token_store import MappedRows, TokenStream
 from lab.data.tokenizers import ByteTokenizer, Tokenizer, build_tokenizer, check_tokenizer_config
 from lab.errors import require
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "mtp-lab"
 # Bump when tokenization or packing output changes, so stale caches are not reused.
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
+# data.num_proc=null: one tokenizing process per this many documents, at most one per core.
+_DOCS_PER_PROC = 5_000
+_STATS_BATCH = 1 << 22  # tokens per bincount pass
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class DataConfig:
     source: str = "stdlib"
     path: str | list[str] | None = None
     name: str | None = None
+    config_name: str | None = None
+    split: str = "train"
+    revision: str | None = None
     text_field: str = "text"
     tokenizer: str = "byte"
     vocab_size: int | None = None
@@ -62,21 +66,40 @@ class DataConfig:
     num_workers: int = 0
     cache_dir: str | None = None
     max_val_rows: int | None = None
+    shuffle: bool = True
+    num_proc: int | None = None
+    streaming: bool = False
+    shuffle_buffer: int = 10_000
+
+
+HUB_ONLY = {"config_name": None, "split": "train", "revision": None}
 
 
 def validate_data_config(**options) -> DataConfig:
-    """Check a `data` config without loading anything; returns it with `path` as plain strings."""
+    """Check a `data` config without touching the data; returns it with `source` resolved.
+
+    `source: auto` becomes the local format the file extensions name (text, json, jsonl, parquet).
+    """
     allowed = [f.name for f in dataclasses.fields(DataConfig)]
     unknown = sorted(set(options) - set(allowed))
     require(not unknown, "data", f"unknown option(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
     config = DataConfig(**options)
 
     require(config.source in SOURCES, "data.source", f"unknown {config.source!r}; allowed: {', '.join(SOURCES)}")
-    if config.source in LOCAL_SOURCES:
-        files = [str(f) for f in resolve_local_files(config.path)]
-        config = dataclasses.replace(config, path=files[0] if isinstance(config.path, (str, os.PathLike)) else files)
+    if config.source not in ("stdlib", "hub"):
+        config = dataclasses.replace(config, source=resolve_local_files(config.path, config.source).source)
     if config.source == "hub":
         require(isinstance(config.name, str) and config.name != "", "data.name", "the hub source needs a dataset name")
+        require(isinstance(config.split, str) and config.split != "", "data.split", f"must be a split name, got {config.split!r}")
+    else:
+        for field, default in HUB_ONLY.items():
+            value = getattr(config, field)
+            require(value == default, f"data.{field}", f"only for data.source=hub (leave it {default}), got {value!r}")
+    require(
+        not (config.streaming and config.max_docs is not None and config.source != "stdlib"),
+        "data.max_docs",
+        "must be null with data.streaming=true (choosing a subset needs the whole corpus)",
+    )
     require(
         isinstance(config.text_field, str) and config.text_field != "",
         "data.text_field",
@@ -97,6 +120,11 @@ def validate_data_config(**options) -> DataConfig:
     _require_int(config.seed, "data.seed", minimum=None)
     _require_int(config.num_workers, "data.num_workers", minimum=0)
     _require_int(config.max_val_rows, "data.max_val_rows", minimum=0, optional=True)
+    _require_int(config.num_proc, "data.num_proc", minimum=1, optional=True)
+    _require_int(config.shuffle_buffer, "data.shuffle_buffer", minimum=1)
+    for flag in ("shuffle", "streaming"):
+        value = getattr(config, flag)
+        require(isinstance(value, bool), f"data.{flag}", f"must be true or false, got {value!r}")
     require(
         config.cache_dir is None or isinstance(config.cache_dir, (str, os.PathLike)),
         "data.cache_dir",
@@ -118,8 +146,8 @@ def _require_int(value, field: str, *, minimum: int | None, optional: bool = Fal
 class _Prepared:
     tokenizer: Tokenizer
     corpus_fingerprint: str
-    train_rows: PackedRows
-    val_rows: PackedRows
+    train_rows: MappedRows | StreamingRows
+    val_rows: MappedRows | StreamingRows
     corpus_stats: dict
 
 
@@ -131,6 +159,9 @@ class LMDataModule(pl.LightningDataModule):
         source: str = "stdlib",
         path: str | list[str] | None = None,
         name: str | None = None,
+        config_name: str | None = None,
+        split: str = "train",
+        revision: str | None = None,
         text_field: str = "text",
         tokenizer: str = "byte",
         vocab_size: int | None = None,
@@ -143,25 +174,14 @@ class LMDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         cache_dir: str | None = None,
         max_val_rows: int | None = None,
+        shuffle: bool = True,
+        num_proc: int | None = None,
+        streaming: bool = False,
+        shuffle_buffer: int = 10_000,
     ):
         super().__init__()
-        self.config = validate_data_config(
-            source=source,
-            path=path,
-            name=name,
-            text_field=text_field,
-            tokenizer=tokenizer,
-            vocab_size=vocab_size,
-            seq_len=seq_len,
-            batch_size=batch_size,
-            val_fraction=val_fraction,
-            max_docs=max_docs,
-            min_doc_chars=min_doc_chars,
-            seed=seed,
-            num_workers=num_workers,
-            cache_dir=cache_dir,
-            max_val_rows=max_val_rows,
-        )
+        options = {key: value for key, value in locals().items() if key not in ("self", "__class__")}
+        self.config = validate_data_config(**options)
         self.save_hyperparameters(dataclasses.asdict(self.config))
         self.cache_dir = Path(os.path.expanduser(self.config.cache_dir)) if self.config.cache_dir else DEFAULT_CACHE_DIR
         self._prepared: _Prepared | None = None
@@ -177,25 +197,27 @@ class LMDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         # The order is a function of (seed, epoch); a resumed fit starts at the restored
         # step (one batch per optimizer step), so it sees the batches the interrupted run would have.
-        sampler = ResumableSampler(self.train_rows, seed=self.config.seed, batch_size=self.config.batch_size)
-        sampler.resume_at(self.trainer.global_step if self.trainer is not None else 0)
-        return self._loader(self.train_rows, sampler=sampler, generator=self._worker_seeds(), drop_last=True)
+        step = self.trainer.global_step if self.trainer is not None else 0
+        if self.config.streaming:
+            return self._loader(self.train_rows.resumed_at(step), sampler=None, drop_last=False)
+        sampler = ResumableSampler(
+            self.train_rows, seed=self.config.seed, batch_size=self.config.batch_size, shuffle=self.config.shuffle
+        )
+        sampler.resume_at(step)
+        return self._loader(self.train_rows, sampler=sampler, drop_last=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_rows, sampler=None, generator=self._worker_seeds(), drop_last=False)
+        return self._loader(self.val_rows, sampler=None, drop_last=False)
 
-    def _worker_seeds(self) -> torch.Generator:
-        # A loader draws its worker seed from this generator, never from the global RNG, so a
-        # resumed run (Lightning skips the validation due at its checkpoint) keeps the RNG streams aligned.
-        return torch.Generator().manual_seed(self.config.seed)
-
-    def _loader(self, rows: PackedRows, *, sampler, generator, drop_last) -> DataLoader:
+    def _loader(self, rows, *, sampler, drop_last) -> DataLoader:
         workers = self.config.num_workers
         return DataLoader(
             rows,
             batch_size=self.config.batch_size,
-            sampler=sampler,  # None: sequential (validation)
-            generator=generator,
+            sampler=sampler,  # None: sequential (validation) or the stream's own order
+            # A loader draws its worker seed from this generator, never from the global RNG, so a resumed
+            # run (Lightning skips the validation due at its checkpoint) keeps the RNG streams aligned.
+            generator=torch.Generator().manual_seed(self.config.seed),
             drop_last=drop_last,
             num_workers=workers,
             persistent_workers=workers > 0,
@@ -204,7 +226,7 @@ class LMDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------ the work
 
     def prepare(self) -> None:
-        """Load, tokenize and pack the corpus (once per process; disk caches across runs)."""
+        """Load and tokenize the corpus (once per process; disk caches across runs and ranks)."""
         if self._prepared is not None:
             return
         config = self.config
@@ -212,45 +234,56 @@ class LMDataModule(pl.LightningDataModule):
             config.source,
             path=config.path,
             name=config.name,
+            config_name=config.config_name,
+            split=config.split,
+            revision=config.revision,
             text_field=config.text_field,
             val_fraction=config.val_fraction,
             max_docs=config.max_docs,
             min_doc_chars=config.min_doc_chars,
             cache_dir=self.cache_dir,
+            streaming=config.streaming,
         )
         tokenizer = build_tokenizer(
             config.tokenizer, config.vocab_size, _iter_texts(corpus.train), self.cache_dir, corpus.fingerprint
         )
+        if config.streaming:
+            self._prepared = self._prepare_streaming(corpus, tokenizer)
+            return
         train_docs = self._tokenize(corpus, "train", tokenizer)
         val_docs = self._tokenize(corpus, "val", tokenizer)
-        train_stream, train_lengths = token_stream(train_docs)
-        val_stream, val_lengths = token_stream(val_docs)
-        train_rows = pack_stream(train_stream, train_lengths, config.seq_len, tokenizer.pad_id)
-        val_rows = pack_stream(val_stream, val_lengths, config.seq_len, tokenizer.pad_id).head(config.max_val_rows)
+        train_rows = MappedRows(TokenStream(train_docs), config.seq_len, tokenizer.pad_id)
+        val_rows = MappedRows(TokenStream(val_docs), config.seq_len, tokenizer.pad_id).head(config.max_val_rows)
         require(
             len(train_rows) >= config.batch_size,
             "data.batch_size",
             f"the training split packs into {len(train_rows)} rows of seq_len {config.seq_len}, fewer than "
             f"batch_size {config.batch_size} (no full batch); lower batch_size or seq_len, or add documents",
         )
-        stats = {
-            "n_docs_train": len(train_docs),
-            "n_docs_val": len(val_docs),
-            "n_bytes_train": _column_sum(train_docs, "n_bytes"),
-            "n_bytes_val": _column_sum(val_docs, "n_bytes"),
-            "n_tokens_train": int(train_stream.size),
-            "n_tokens_val": int(val_stream.size),
-            "n_rows_train": len(train_rows),
-            "n_rows_val": len(val_rows),
-            **_unigram_stats(train_stream, _column_sum(train_docs, "n_bytes"), tokenizer.vocab_size),
-        }
+        stats = _cached(self._cache_name(corpus, "stats", tokenizer), lambda: _corpus_stats(train_rows, val_rows, tokenizer))
         self._prepared = _Prepared(tokenizer, corpus.fingerprint, train_rows, val_rows, stats)
 
-    def _tokenize(self, corpus: Corpus, split: str, tokenizer: Tokenizer) -> datasets.Dataset:
+    def _prepare_streaming(self, corpus: Corpus, tokenizer: Tokenizer) -> _Prepared:
+        config = self.config
+        rows = dict(tokenizer=tokenizer, seq_len=config.seq_len, batch_size=config.batch_size)
+        train_rows = StreamingRows(
+            corpus.train, **rows, train=True, seed=config.seed, shuffle=config.shuffle, shuffle_buffer=config.shuffle_buffer
+        )
+        val_rows = StreamingRows(corpus.val, **rows, train=False, max_rows=config.max_val_rows)
+        # Counting would mean reading the whole stream; only what is known without it is recorded.
+        stats = {"streaming": True}
+        return _Prepared(tokenizer, corpus.fingerprint, train_rows, val_rows, stats)
+
+    def _cache_name(self, corpus: Corpus, split: str, tokenizer: Tokenizer) -> Path:
         key = json.dumps([_CACHE_FORMAT, corpus.fingerprint, split, tokenizer.identity], sort_keys=True)
-        name = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+        return self.cache_dir / "tokenized" / hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+    def _tokenize(self, corpus: Corpus, split: str, tokenizer: Tokenizer) -> datasets.Dataset:
         docs = corpus.train if split == "train" else corpus.val
-        return tokenize_documents(docs, tokenizer, cache_file=self.cache_dir / "tokenized" / f"{name}.arrow")
+        num_proc = self.config.num_proc or max(1, min(os.cpu_count() or 1, len(docs) // _DOCS_PER_PROC))
+        return tokenize_documents(
+            docs, tokenizer, cache_file=self._cache_name(corpus, split, tokenizer).with_suffix(".arrow"), num_proc=num_proc
+        )
 
     # ---------------------------------------------------- results of prepare()
 
@@ -295,24 +328,60 @@ class LMDataModule(pl.LightningDataModule):
         return self._prepared
 
 
-def _iter_texts(docs: datasets.Dataset) -> Iterator[str]:
+def _iter_texts(docs: datasets.Dataset | datasets.IterableDataset) -> Iterator[str]:
     for batch in docs.iter(batch_size=1000):
         yield from batch["text"]
 
 
+def _cached(name: Path, compute) -> dict:
+    """A small JSON result stored next to the tokenized cache (written atomically: ranks may race)."""
+    path = name.with_suffix(".json")
+    if path.is_file():
+        return json.loads(path.read_text())
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(value, handle)
+    os.replace(tmp, path)
+    return value
+
+
+def _corpus_stats(train_rows: MappedRows, val_rows: MappedRows, tokenizer: Tokenizer) -> dict:
+    """n_docs/n_bytes/n_tokens/n_rows per split and the unigram entropy, in bounded memory."""
+    train, val = train_rows.stream, val_rows.stream
+    counts = np.zeros(tokenizer.vocab_size, dtype=np.int64)
+    for view in train.chunks()[0]:
+        for lo in range(0, view.size, _STATS_BATCH):
+            counts += np.bincount(view[lo : lo + _STATS_BATCH], minlength=tokenizer.vocab_size)
+    n_bytes_train = _column_sum(train.tokenized, "n_bytes")
+    return {
+        "n_docs_train": train.n_docs,
+        "n_docs_val": val.n_docs,
+        "n_bytes_train": n_bytes_train,
+        "n_bytes_val": _column_sum(val.tokenized, "n_bytes"),
+        "n_tokens_train": train.n_tokens,
+        "n_tokens_val": val.n_tokens,
+        "n_rows_train": len(train_rows),
+        "n_rows_val": len(val_rows),
+        **_unigram_stats(counts, n_bytes_train),
+    }
+
+
 def _column_sum(docs: datasets.Dataset, column: str) -> int:
-    return int(sum(int(np.sum(batch[column])) for batch in docs.iter(batch_size=10_000)))
+    return int(sum(int(np.sum(batch[column])) for batch in docs.with_format("numpy").iter(batch_size=100_000)))
 
 
-def _unigram_stats(train_stream: np.ndarray, n_bytes: int, vocab_size: int) -> dict:
+def _unigram_stats(counts: np.ndarray, n_bytes: int) -> dict:
     """Unigram entropy of the training tokens (EOS included): a floor a model must beat.
 
     Bits per byte spreads the stream's total unigram information over its UTF-8 bytes.
     Nats per token is the unit of the cross-entropy loss.
     """
-    bits_per_token = unigram_entropy_bits(train_stream, vocab_size)
+    bits_per_token = unigram_entropy_bits_from_counts(counts)
+    n_tokens = int(counts.sum())
     return {
         "unigram_bits_per_token": bits_per_token,
         "unigram_nats_per_token": bits_per_token * math.log(2),
-        "unigram_bits_per_byte": bits_per_token * train_stream.size / n_bytes if n_bytes else float("nan"),
+        "unigram_bits_per_byte": bits_per_token * n_tokens / n_bytes if n_bytes else float("nan"),
     }

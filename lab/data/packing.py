@@ -13,6 +13,11 @@ Rules (see DESIGN.md §2):
   that continues from the previous row is occurrence 0 of the new row.
 - `position_ids` restart at 0 at every occurrence, the continuation at a row start
   included: a document longer than a row continues in the next row as a new occurrence.
+
+Row `r` is therefore a pure function of the stream tokens `[r*S, (r+1)*S)` and of where
+documents start inside that window. `pack_row` builds one row from exactly that (the
+training path: memory-mapped and streaming rows); `pack_stream` packs a whole in-memory
+stream at once and stays as the reference the tests hold `pack_row` equal to.
 """
 
 from __future__ import annotations
@@ -33,10 +38,20 @@ import torch
 from lab.errors import require
 
 COLUMNS = ("tokens", "active", "segment_ids", "position_ids")
-TOKENIZED_FEATURES = datasets.Features(
-    {"ids": datasets.List(datasets.Value("int32")), "n_bytes": datasets.Value("int64")}
-)
 _MAP_BATCH = 256
+UINT16_VOCAB = 1 << 16
+
+
+def token_dtype(vocab_size: int) -> str:
+    """The smallest unsigned dtype that holds every id < vocab_size (stored ids cost 2 or 4 bytes)."""
+    return "uint16" if vocab_size <= UINT16_VOCAB else "uint32"
+
+
+def tokenized_features(vocab_size: int) -> datasets.Features:
+    """`ids`: one document's ids ending with EOS; `n_bytes`: the document's UTF-8 size."""
+    return datasets.Features(
+        {"ids": datasets.List(datasets.Value(token_dtype(vocab_size))), "n_bytes": datasets.Value("int64")}
+    )
 
 
 class PackedRows(torch.utils.data.Dataset):
@@ -83,33 +98,37 @@ def tokenize_documents(
     tokenizer,
     *,
     cache_file: str | os.PathLike | None = None,
+    num_proc: int | None = None,
 ) -> datasets.Dataset:
-    """One row per document: `ids` (int32, ending with EOS) and `n_bytes` (UTF-8 size of the text).
+    """One row per document: `ids` (`token_dtype`, ending with EOS) and `n_bytes` (UTF-8 size of the text).
 
-    With `cache_file`, the result is written there by `Dataset.map` and reused when the
-    file exists, so the caller must key the name by corpus and tokenizer.
+    With `cache_file`, the result is written there by `Dataset.map` (in `num_proc` shards
+    when > 1) and reused when it exists, so the caller must key the name by corpus and tokenizer.
     """
     fingerprint = _map_fingerprint(docs, tokenizer)
     if cache_file is not None:
         Path(cache_file).parent.mkdir(parents=True, exist_ok=True)
     return docs.map(
-        _encode_batch,
+        encode_batch,
         batched=True,
         batch_size=_MAP_BATCH,
         fn_kwargs={"tokenizer": tokenizer},
         input_columns=["text"],
         remove_columns=docs.column_names,
-        features=TOKENIZED_FEATURES,
+        features=tokenized_features(tokenizer.vocab_size),
         cache_file_name=None if cache_file is None else str(cache_file),
+        num_proc=num_proc if num_proc and num_proc > 1 else None,
         # Given explicitly, so `datasets` need not hash the tokenizer object.
         new_fingerprint=fingerprint,
         desc="tokenize",
     )
 
 
-def _encode_batch(texts: list[str], tokenizer) -> dict:
-    eos = np.array([tokenizer.eos_id], dtype=np.int32)
-    ids = [np.concatenate([doc, eos]) for doc in tokenizer.encode_batch(texts)]
+def encode_batch(texts: list[str], tokenizer) -> dict:
+    """`ids` per text (EOS appended, `token_dtype`) and its UTF-8 size."""
+    dtype = token_dtype(tokenizer.vocab_size)
+    eos = np.array([tokenizer.eos_id], dtype=dtype)
+    ids = [np.concatenate([doc.astype(dtype), eos]) for doc in tokenizer.encode_batch(texts)]
     return {"ids": ids, "n_bytes": [len(t.encode("utf-8")) for t in texts]}
 
 
@@ -130,6 +149,31 @@ def token_stream(tokenized: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ---------------------------------------------------------------------- packing
+
+
+def pack_row(window: np.ndarray, doc_starts: np.ndarray, seq_len: int, pad_id: int) -> dict[str, torch.Tensor]:
+    """One packed row, each column [S], from its slice of the stream.
+
+    window: [n] ids, n ≤ S (n < S only for the stream's last row, which is padded);
+    doc_starts: offsets in (0, n) where a document begins. The row start is always an
+    occurrence start (a new document or the continuation of one), so it is not listed.
+    """
+    n = window.size
+    starts = np.unique(np.asarray(doc_starts, dtype=np.int64))  # sorted, each start once
+    new_occurrence = np.zeros(n, dtype=np.int64)
+    new_occurrence[starts] = 1
+    occurrence = np.cumsum(new_occurrence)  # [n]: 0 for the row's first occurrence, +1 at each start
+    occurrence_start = np.concatenate([np.zeros(1, np.int64), starts])  # [n_occurrences]
+    tokens = np.full(seq_len, pad_id, dtype=np.int64)
+    tokens[:n] = window  # [S]; the tail of the last row stays PAD
+    segment_ids = np.full(seq_len, -1, dtype=np.int64)
+    segment_ids[:n] = occurrence  # [S]
+    position_ids = np.zeros(seq_len, dtype=np.int64)
+    position_ids[:n] = np.arange(n) - occurrence_start[occurrence]  # [n]: restart at every occurrence
+    active = np.zeros(seq_len, dtype=bool)
+    active[:n] = True  # [S]
+    columns = {"tokens": tokens, "active": active, "segment_ids": segment_ids, "position_ids": position_ids}
+    return {name: torch.from_numpy(columns[name]) for name in COLUMNS}
 
 
 def pack_tokenized(tokenized: datasets.Dataset, seq_len: int, pad_id: int) -> PackedRows:
@@ -153,7 +197,7 @@ def check_seq_len(seq_len) -> None:
 
 
 def pack_stream(tokens: np.ndarray, doc_lengths: np.ndarray, seq_len: int, pad_id: int) -> PackedRows:
-    """Cut the concatenated stream into rows; vectorised over the whole stream."""
+    """Cut the concatenated stream into rows; vectorised over the whole stream, all in memory (the reference)."""
     check_seq_len(seq_len)
     tokens = np.asarray(tokens, dtype=np.int64)
     lengths = np.asarray(doc_lengths, dtype=np.int64)
@@ -196,8 +240,13 @@ def pack_stream(tokens: np.ndarray, doc_lengths: np.ndarray, seq_len: int, pad_i
 def unigram_entropy_bits(tokens: np.ndarray, vocab_size: int | None = None) -> float:
     """Entropy of the empirical unigram distribution of `tokens`, in bits per token."""
     tokens = np.asarray(tokens, dtype=np.int64)
-    if tokens.size == 0:
+    return unigram_entropy_bits_from_counts(np.bincount(tokens, minlength=vocab_size or 0))
+
+
+def unigram_entropy_bits_from_counts(counts: np.ndarray) -> float:
+    """The same entropy from per-id counts (accumulated in chunks over a stream too big to hold)."""
+    total = counts.sum()
+    if total == 0:
         return 0.0
-    counts = np.bincount(tokens, minlength=vocab_size or 0)
-    probs = counts[counts > 0] / tokens.size
+    probs = counts[counts > 0] / total
     return float(-(probs * np.log2(probs)).sum())

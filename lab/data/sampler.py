@@ -1,5 +1,7 @@
 """The training sampler: a shuffle that is a pure function of (seed, epoch) and can start mid-epoch.
 
+`data.shuffle=false` keeps the rows in stream order (same resume rule).
+
 Exact resume needs the interrupted run's next batch. Lightning restores the loop
 counters but not a plain DataLoader's position, and a shuffling generator created
 afresh would replay epoch 0's order. This sampler derives each epoch's permutation
@@ -17,13 +19,13 @@ from torch.utils.data import Dataset, DistributedSampler
 
 
 class ResumableSampler(DistributedSampler):
-    def __init__(self, dataset: Dataset, *, seed: int, batch_size: int):
+    def __init__(self, dataset: Dataset, *, seed: int, batch_size: int, shuffle: bool = True):
         distributed = dist.is_available() and dist.is_initialized()
         super().__init__(
             dataset,
             num_replicas=dist.get_world_size() if distributed else 1,
             rank=dist.get_rank() if distributed else 0,
-            shuffle=True,
+            shuffle=shuffle,  # off: rows in stream order (rank k takes k, k+W, …)
             seed=seed,
             drop_last=True,
         )

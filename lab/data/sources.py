@@ -26,7 +26,10 @@ are keyed by).
 
 from __future__ import annotations
 
+import dataclasses
+import glob
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -37,13 +40,20 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
 
 from lab.errors import ConfigError, require
 
-SOURCES = ("stdlib", "text", "json", "jsonl", "parquet", "hub")
+SOURCES = ("auto", "stdlib", "text", "json", "jsonl", "parquet", "hub")
 LOCAL_SOURCES = ("text", "json", "jsonl", "parquet")
 # jsonl has no builder of its own: the json builder reads JSON Lines.
 _BUILDER = {"text": "text", "json": "json", "jsonl": "json", "parquet": "parquet"}
+# `data.source=auto` reads the format from the file name; `datasets` (through fsspec)
+# decompresses these suffixes itself. Parquet compresses internally, so it takes none.
+FORMAT_OF_EXTENSION = {".txt": "text", ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet"}
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
+_COMPRESSIBLE = ("text", "json", "jsonl")
+_GLOB_CHARS = frozenset("*?[")
 # Tests and IDE code are huge, repetitive and not representative of ordinary code.
 STDLIB_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "__pycache__"})
 _BUCKETS = 1000
@@ -52,12 +62,38 @@ _HASH_BATCH = 10_000
 
 @dataclass(frozen=True)
 class Corpus:
-    """Train and val documents (each a `Dataset` with a `text` column) and their fingerprint."""
+    """Train and val documents (each a `Dataset`, or with streaming an `IterableDataset`, with a `text` column)."""
 
-    train: datasets.Dataset
-    val: datasets.Dataset
+    train: datasets.Dataset | datasets.IterableDataset
+    val: datasets.Dataset | datasets.IterableDataset
     fingerprint: str
     source: str
+
+
+@dataclass(frozen=True)
+class HubDataset:
+    """What `datasets.load_dataset` needs to find one split of a Hub dataset."""
+
+    name: str
+    config_name: str | None = None  # the dataset's subset ("wikitext-2-raw-v1")
+    split: str = "train"  # any split expression `datasets` accepts ("train[:10%]")
+    revision: str | None = None  # a branch, tag or commit of the dataset repository
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class LocalFiles:
+    """Resolved `data.path`: the format to read and the files, in a deterministic order."""
+
+    source: str
+    files: tuple[Path, ...]
+
+    def names(self) -> list[str]:
+        """Paths relative to the files' common folder: what the fingerprint hashes, so a moved corpus is the same."""
+        root = Path(os.path.commonpath([f.parent for f in self.files]))
+        return [f.relative_to(root).as_posix() for f in self.files]
 
 
 @dataclass(frozen=True)
@@ -75,34 +111,105 @@ def load_corpus(
     *,
     path: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
     name: str | None = None,
+    config_name: str | None = None,
+    split: str = "train",
+    revision: str | None = None,
     text_field: str = "text",
     val_fraction: float = 0.05,
     max_docs: int | None = None,
     min_doc_chars: int = 1,
     cache_dir: str | os.PathLike | None = None,
+    streaming: bool = False,
 ) -> Corpus:
-    """Load, filter, subset and split a corpus. Raises ConfigError on bad input or an empty corpus."""
+    """Load, filter, subset and split a corpus. Raises ConfigError on bad input or an empty corpus.
+
+    With `streaming`, train and val are `IterableDataset`s read lazily in file order
+    (`max_docs` needs the whole corpus and is refused, except for the in-memory stdlib corpus).
+    """
     selection = _Selection(min_doc_chars=min_doc_chars, max_docs=max_docs, val_fraction=val_fraction)
+    require(
+        not (streaming and max_docs is not None and source != "stdlib"),
+        "data.max_docs",
+        "must be null with data.streaming=true (choosing a subset needs the whole corpus)",
+    )
     if source == "stdlib":
-        return _load_stdlib(selection)
-    if source in LOCAL_SOURCES:
-        files = resolve_local_files(path)
-        return _load_local(source, files, text_field, selection, cache_dir)
+        corpus = _load_stdlib(selection)
+        if not streaming:
+            return corpus
+        return dataclasses.replace(corpus, train=corpus.train.to_iterable_dataset(), val=corpus.val.to_iterable_dataset())
     if source == "hub":
         require(bool(name), "data.name", "the hub source needs a dataset name")
-        return _load_hub(name, text_field, selection, cache_dir)
-    raise ConfigError("data.source", f"unknown {source!r}; allowed: {', '.join(SOURCES)}")
+        hub = HubDataset(name=name, config_name=config_name, split=split, revision=revision)
+        return _load_hub(hub, text_field, selection, cache_dir, streaming)
+    local = resolve_local_files(path, source)
+    return _load_local(local, text_field, selection, cache_dir, streaming)
 
 
-def resolve_local_files(path) -> list[Path]:
-    """`data.path` as a list of existing files (one path or a list of paths)."""
-    require(path is not None, "data.path", "local sources need a file or a list of files")
-    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    require(len(paths) > 0, "data.path", "local sources need a file or a list of files, got an empty list")
-    files = [Path(os.path.expanduser(str(p))) for p in paths]
-    for file in files:
-        require(file.is_file(), "data.path", f"no such file: {file}")
-    return files
+def resolve_local_files(path, source: str = "auto") -> LocalFiles:
+    """`data.path` (a file, folder or glob, or a list of them) as files of one format.
+
+    `source="auto"` infers the format from the extensions and refuses a mix; an explicit
+    local source reads every file with its builder. Hidden files in folders are skipped.
+    """
+    require(
+        source == "auto" or source in LOCAL_SOURCES,
+        "data.source",
+        f"unknown {source!r}; allowed: {', '.join(SOURCES)}",
+    )
+    require(path is not None, "data.path", "local sources need a file, folder or glob, or a list of them")
+    entries = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    require(len(entries) > 0, "data.path", "local sources need a file, folder or glob, or a list of them; got an empty list")
+    files: list[Path] = []
+    for entry in entries:
+        files += _expand(os.path.expanduser(str(entry)))
+    files = list(dict.fromkeys(files))  # a file named twice (a glob and a list) is read once
+    if source != "auto":
+        return LocalFiles(source, tuple(files))
+    formats = {file: format_of(file) for file in files}
+    found = sorted(set(formats.values()))
+    if len(found) > 1:
+        examples = ", ".join(f"{kind}: {next(f.name for f in files if formats[f] == kind)}" for kind in found)
+        raise ConfigError("data.path", f"mixed formats ({examples}); give files of one format, or set data.source")
+    return LocalFiles(found[0], tuple(files))
+
+
+def _expand(entry: str) -> list[Path]:
+    if _GLOB_CHARS & set(entry):
+        matches = sorted(Path(m) for m in glob.glob(entry, recursive=True) if Path(m).is_file())
+        require(bool(matches), "data.path", f"no file matches {entry}")
+        return matches
+    path = Path(entry)
+    if path.is_dir():
+        found = sorted(
+            f for f in path.rglob("*") if f.is_file() and not any(p.startswith(".") for p in f.relative_to(path).parts)
+        )
+        require(bool(found), "data.path", f"folder {path} holds no files")
+        return found
+    require(path.is_file(), "data.path", f"no such file: {path}")
+    return [path]
+
+
+def format_of(file: Path) -> str:
+    """The local source a file's extension names (`.jsonl.gz` → jsonl); ConfigError when none does."""
+    suffixes = [s.lower() for s in file.suffixes]
+    compression = suffixes.pop() if suffixes and suffixes[-1] in COMPRESSIONS else None
+    kind = FORMAT_OF_EXTENSION.get(suffixes[-1]) if suffixes else None
+    known = ", ".join(FORMAT_OF_EXTENSION)
+    require(
+        kind is not None,
+        "data.path",
+        f"cannot infer the format of {file.name} from its extension; known: {known} "
+        f"(text/json/jsonl also compressed {', '.join(COMPRESSIONS)}), or set data.source",
+    )
+    if compression is not None:
+        require(kind in _COMPRESSIBLE, "data.path", f"{file.name}: parquet compresses internally; give the .parquet file")
+        if compression == ".zst":
+            require(
+                importlib.util.find_spec("zstandard") is not None,
+                "data.path",
+                f"{file.name}: reading .zst needs the zstandard package (pip install 'mtp-lab[zst]')",
+            )
+    return kind
 
 
 # ---------------------------------------------------------------------------- stdlib
@@ -158,12 +265,12 @@ def _read_utf8(file: Path) -> str | None:
 # ---------------------------------------------------------------------- local / hub
 
 
-def local_fingerprint(source: str, files: list[Path], text_field: str, selection_settings: dict) -> str:
-    """sha256 over file names (not directories: a moved corpus is the same corpus) and bytes."""
+def local_fingerprint(local: LocalFiles, text_field: str, selection_settings: dict) -> str:
+    """sha256 over file names (relative to their common folder: a moved corpus is the same corpus) and bytes."""
     digest = hashlib.sha256()
-    _update(digest, {"source": source, "text_field": text_field, **selection_settings})
-    for file in files:
-        _update(digest, file.name)
+    _update(digest, {"source": local.source, "text_field": text_field, **selection_settings})
+    for name, file in zip(local.names(), local.files):
+        _update(digest, name)
         with open(file, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
@@ -171,25 +278,80 @@ def local_fingerprint(source: str, files: list[Path], text_field: str, selection
     return digest.hexdigest()
 
 
-def _load_local(source, files, text_field, selection, cache_dir) -> Corpus:
-    fingerprint = local_fingerprint(source, files, text_field, selection.as_dict())
+def _load_local(local: LocalFiles, text_field, selection, cache_dir, streaming) -> Corpus:
+    fingerprint = local_fingerprint(local, text_field, selection.as_dict())
     # A cache folder per content fingerprint: the HF cache keys local files by path and
     # mtime, which can miss a rewrite within the same timestamp.
     hf_cache = _hf_cache(cache_dir, f"local-{fingerprint[:16]}")
     try:
         raw = datasets.load_dataset(
-            _BUILDER[source], data_files=[str(f) for f in files], split="train", cache_dir=hf_cache
+            _BUILDER[local.source],
+            data_files=[str(f) for f in local.files],
+            split="train",
+            cache_dir=hf_cache,
+            streaming=streaming,
         )
+        if streaming:
+            _require_text_column(raw, text_field)  # reads the first record: a broken file fails here
+    except ConfigError:
+        raise
     except Exception as error:  # the builders raise many types; the CLI needs one line
-        raise ConfigError("data.path", f"cannot read as {source}: {type(error).__name__}: {error}") from error
-    return _select_and_split(raw, text_field, selection, fingerprint, source)
+        raise ConfigError("data.path", f"cannot read as {local.source}: {type(error).__name__}: {_first_line(error)}") from error
+    split = _stream_split if streaming else _select_and_split
+    return split(raw, text_field, selection, fingerprint, local.source)
 
 
-def _load_hub(name, text_field, selection, cache_dir) -> Corpus:
+def hub_fingerprint(hub: HubDataset, text_field: str, selection_settings: dict) -> str:
+    """sha256 over what names the data (dataset, subset, split, revision) and the selection settings.
+
+    The Hub serves no content hash before download; pin `revision` to a commit for a
+    fingerprint that cannot drift when the dataset's main branch changes.
+    """
     digest = hashlib.sha256()
-    _update(digest, {"source": "hub", "name": name, "text_field": text_field, **selection.as_dict()})
-    raw = datasets.load_dataset(name, split="train", cache_dir=_hf_cache(cache_dir, "hub"))
-    return _select_and_split(raw, text_field, selection, digest.hexdigest(), "hub")
+    _update(digest, {"source": "hub", **hub.as_dict(), "text_field": text_field, **selection_settings})
+    return digest.hexdigest()
+
+
+def _load_hub(hub: HubDataset, text_field, selection, cache_dir, streaming) -> Corpus:
+    fingerprint = hub_fingerprint(hub, text_field, selection.as_dict())
+    try:
+        raw = datasets.load_dataset(
+            hub.name,
+            hub.config_name,
+            split=hub.split,
+            revision=hub.revision,
+            cache_dir=_hf_cache(cache_dir, "hub"),
+            streaming=streaming,
+        )
+    except ConnectionError as error:  # datasets' own "Couldn't reach '…' on the Hub (…)"
+        raise ConfigError(
+            "data.name",
+            f"cannot reach Hub dataset {hub.name!r} ({_first_line(error)}); to train offline, download it once and "
+            f"run with HF_DATASETS_OFFLINE=1 (it is read from the datasets cache), or save it to files and use "
+            f"data=text data.path=<files>",
+        ) from error
+    except Exception as error:  # not found, gated, bad subset or split: the library's first line says which
+        field = _hub_field(error)
+        raise ConfigError(field, f"cannot load Hub dataset {hub.name!r}: {type(error).__name__}: {_first_line(error)}") from error
+    split = _stream_split if streaming else _select_and_split
+    return split(raw, text_field, selection, fingerprint, "hub")
+
+
+def _hub_field(error: Exception) -> str:
+    """Which setting a `load_dataset` error is about, read from its message."""
+    message = str(error).lower()
+    if "config" in message:
+        return "data.config_name"
+    if "split" in message:
+        return "data.split"
+    if "revision" in message:
+        return "data.revision"
+    return "data.name"
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _hf_cache(cache_dir, leaf: str) -> str | None:
@@ -198,22 +360,27 @@ def _hf_cache(cache_dir, leaf: str) -> str | None:
 
 def _select_and_split(raw: datasets.Dataset, text_field, selection, fingerprint, source) -> Corpus:
     _require_text_column(raw, text_field)
-    keys, kept = [], []
+    # One pass over the texts keeps per document only its index and split bucket (and,
+    # for max_docs, its selection hash), so memory stays small for big corpora.
+    kept, buckets, select_keys = [], [], []
     for index, text in enumerate(_iter_column(raw, text_field)):
         text = text or ""  # a null in json/parquet is an empty document
         if len(text) >= selection.min_doc_chars:
+            key = _content_key(text)
             kept.append(index)
-            keys.append(hashlib.sha1(text.encode("utf-8")).hexdigest())
+            buckets.append(split_bucket(key))
+            if selection.max_docs is not None:
+                select_keys.append(_selection_hash(key))
     if selection.max_docs is not None and len(kept) > selection.max_docs:
-        order = sorted(range(len(kept)), key=lambda i: (_selection_hash(keys[i]), i))
+        order = sorted(range(len(kept)), key=lambda i: (select_keys[i], i))
         chosen = sorted(order[: selection.max_docs])  # keep file order among chosen documents
-        kept, keys = [kept[i] for i in chosen], [keys[i] for i in chosen]
+        kept, buckets = [kept[i] for i in chosen], [buckets[i] for i in chosen]
     _require_nonempty(len(kept), selection)
 
     texts = raw.select_columns([text_field])
     if text_field != "text":
         texts = texts.rename_column(text_field, "text")
-    train_idx, val_idx = _split_indices(keys, selection.val_fraction)
+    train_idx, val_idx = _split_by_bucket(np.array(buckets, dtype=np.int64), selection.val_fraction)
     return Corpus(
         train=texts.select([kept[i] for i in train_idx]),
         val=texts.select([kept[i] for i in val_idx]),
@@ -222,13 +389,47 @@ def _select_and_split(raw: datasets.Dataset, text_field, selection, fingerprint,
     )
 
 
-def _require_text_column(raw: datasets.Dataset, text_field: str) -> None:
-    require(
-        text_field in raw.column_names,
-        "data.text_field",
-        f"column {text_field!r} not found; available: {', '.join(raw.column_names)}",
+def _stream_split(raw: datasets.IterableDataset, text_field, selection, fingerprint, source) -> Corpus:
+    """The streaming twin of `_select_and_split`: the same filter and bucket rule, applied lazily.
+
+    Without the whole corpus there is no tiny-corpus corner case: a split may be empty.
+    """
+    _require_text_column(raw, text_field)
+    texts = raw.select_columns([text_field])
+    if text_field != "text":
+        texts = texts.rename_column(text_field, "text")
+    kept = texts.filter(_long_enough, input_columns=["text"], fn_kwargs={"min_chars": selection.min_doc_chars})
+    bucket_of = {"val_fraction": selection.val_fraction}
+    return Corpus(
+        train=kept.filter(_in_split, input_columns=["text"], fn_kwargs={**bucket_of, "val": False}),
+        val=kept.filter(_in_split, input_columns=["text"], fn_kwargs={**bucket_of, "val": True}),
+        fingerprint=fingerprint,
+        source=source,
     )
-    feature = raw.features[text_field]
+
+
+def _long_enough(text: str | None, min_chars: int) -> bool:
+    return len(text or "") >= min_chars
+
+
+def _in_split(text: str | None, val_fraction: float, val: bool) -> bool:
+    return (split_bucket(_content_key(text or "")) < val_fraction * _BUCKETS) == val
+
+
+def _content_key(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def _require_text_column(raw: datasets.Dataset | datasets.IterableDataset, text_field: str) -> None:
+    features = raw.features
+    if features is None:  # a streamed json file: the first record says which columns there are
+        first = next(iter(raw.take(1)), None)
+        features = datasets.Features() if first is None else datasets.Features.from_arrow_schema(
+            pa.Table.from_pylist([first]).schema
+        )
+    columns = list(features)
+    require(text_field in columns, "data.text_field", f"column {text_field!r} not found; available: {', '.join(columns)}")
+    feature = features[text_field]
     is_string = isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
     require(is_string, "data.text_field", f"column {text_field!r} must hold strings, found {feature}")
 
@@ -252,9 +453,13 @@ def _selection_hash(key: str) -> str:
 
 
 def _split_indices(keys: list[str], val_fraction: float) -> tuple[list[int], list[int]]:
-    buckets = np.array([split_bucket(k) for k in keys], dtype=np.int64)
+    return _split_by_bucket(np.array([split_bucket(k) for k in keys], dtype=np.int64), val_fraction)
+
+
+def _split_by_bucket(buckets: np.ndarray, val_fraction: float) -> tuple[list[int], list[int]]:
+    """buckets: [D], one per document → (train indices, val indices)."""
     is_val = buckets < val_fraction * _BUCKETS
-    if len(keys) >= 2:
+    if buckets.size >= 2:
         if is_val.all():  # train needs a document: give it the highest bucket
             is_val[np.argmax(buckets)] = False
         if val_fraction > 0 and not is_val.any():  # val too: give it the lowest bucket

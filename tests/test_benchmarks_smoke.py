@@ -18,6 +18,8 @@ EXPECTED = {
     "logit_memory": ["peak/joint", "(peak-base)/logit", "goals at V=4096, K=2:", "sequential peak <= 0.35 x joint",
                      "(peak-base)/logit_bytes within 15% [joint]"],
     "mtp_overhead": ["vs ntp", "paired vs ntp", "goal at V=259, K=4: step time <= 1.05 x ntp"],
+    "data_scale": ["disk B/token", "loader ktok/s", "goal <= 4 bytes/token on disk",
+                   "goal loader tokens/s >= 20 x training tokens/s"],
     "diagnostics_overhead": ["amortised overhead (direct)", "c = with/without - 1", "goal <= 3%"],
     "decode_speed": ["cached / uncached speed (paired)", "same tokens: True"],
 }

@@ -3,33 +3,43 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import inspect
 import itertools
 import json
 import pathlib
+import pickle
 import shlex
 
 import datasets
 import numpy as np
 import pytest
 import torch
+import zstandard
 
 from lab.data import (
     BPETokenizer,
     ByteTokenizer,
     DataConfig,
+    HubDataset,
     LMDataModule,
     build_tokenizer,
     load_corpus,
     pack_documents,
+    pack_stream,
     pack_tokenized,
+    token_stream,
     tokenize_documents,
     unigram_entropy_bits,
     validate_data_config,
 )
+from lab.data.packing import token_dtype, tokenized_features
+from lab.data.sampler import ResumableSampler
+from lab.data.sources import hub_fingerprint
 from lab.data.tokenizers import bpe_cache_path
 from lab.errors import ConfigError
 from tests.cli import TINY, lab_train, read_run
+from tests.fit_helpers import compose_cfg, fit
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -394,10 +404,6 @@ def test_reading_results_before_setup_is_an_error():
 
 def write_formats(folder, texts):
     """The same documents in every local format the extension inference knows; name → (path, field, source)."""
-    import gzip
-
-    import zstandard
-
     folder.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps({"content": t}) + "\n" for t in texts)
     (folder / "docs.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
@@ -480,8 +486,6 @@ def test_explicit_source_wins_over_the_extension(tmp_path):
 
 
 def test_hub_settings_name_the_data_and_enter_the_fingerprint():
-    from lab.data.sources import HubDataset, hub_fingerprint
-
     base = HubDataset(name="someone/corpus")
     settings = {"min_doc_chars": 1, "max_docs": None, "val_fraction": 0.05}
     variants = [
@@ -537,16 +541,12 @@ def test_readme_local_corpus_example_runs_verbatim(tmp_path, cache_dir):
 
 def reference_rows(module):
     """The previous implementation: the whole tokenized split flattened and packed in memory."""
-    from lab.data import pack_stream, token_stream
-
     flat, lengths = token_stream(module.train_rows.stream.tokenized)
     return pack_stream(flat, lengths, module.config.seq_len, module.tokenizer.pad_id)
 
 
 def loader_batches(rows, *, seed, batch_size, epochs, resume_step=0, shuffle=True, num_workers=0):
     """Batches as Lightning draws them: ResumableSampler, set_epoch per epoch, resume inside the first."""
-    from lab.data.sampler import ResumableSampler
-
     sampler = ResumableSampler(rows, seed=seed, batch_size=batch_size, shuffle=shuffle)
     first_epoch = resume_step // sampler.batches_per_epoch
     sampler.resume_at(resume_step)
@@ -605,8 +605,6 @@ def test_mapped_batches_equal_the_previous_implementation_across_epochs_and_resu
 
 
 def test_mapped_rows_pickle_by_path_and_stats_match_the_stream(stdlib_module):
-    import pickle
-
     rows = stdlib_module.train_rows
     blob = pickle.dumps(rows)
     assert len(blob) < rows.stream.n_tokens // 4  # the token stream is not in the pickle
@@ -619,8 +617,6 @@ def test_mapped_rows_pickle_by_path_and_stats_match_the_stream(stdlib_module):
 
 
 def test_token_dtype_is_the_smallest_that_holds_the_vocabulary():
-    from lab.data.packing import token_dtype, tokenized_features
-
     assert [token_dtype(v) for v in (259, 4096, 65536, 65537, 200_000)] == ["uint16"] * 3 + ["uint32"] * 2
     assert tokenized_features(65537)["ids"].feature.dtype == "uint32"
 
@@ -672,8 +668,6 @@ def test_streaming_stdlib_matches_mapped_and_shuffles_by_seed_and_epoch(tmp_path
 
 
 def test_streaming_training_resumes_exactly_and_matches_mapped_training(tmp_path):
-    from tests.fit_helpers import compose_cfg, fit
-
     texts = [f"row {i}: " + "tok " * (3 + i % 5) for i in range(30)]
     corpus = write_jsonl(tmp_path / "small.jsonl", texts)
     base = ["data=text", f"data.path={corpus}", "data.max_docs=null", "data.shuffle=false", "data.val_fraction=0.1"]
@@ -693,3 +687,26 @@ def test_streaming_training_resumes_exactly_and_matches_mapped_training(tmp_path
     for key, tensor in mapped.items():
         assert torch.equal(streamed[key], tensor), key
         assert torch.equal(resumed[key], tensor), key
+
+
+@pytest.mark.slow
+def test_ddp_ranks_share_the_cache_and_streaming_matches_mapped(tmp_path):
+    """Real 2-process DDP (gloo) through the CLI: rank 0 tokenizes, rank 1 reads its cache;
+    with the shuffle off the streamed rows split over ranks exactly as the mapped rows."""
+    texts = [f"row {i}: " + "tok " * (3 + i % 5) for i in range(60)]
+    corpus = write_jsonl(tmp_path / "small.jsonl", texts)
+    common = [*TINY, "trainer=ddp_cpu", "data=text", f"data.path={corpus}", "data.max_docs=null", "data.shuffle=false",
+              "trainer.max_steps=8", "callbacks.checkpoint.every_n_train_steps=8"]
+    finals = {}
+    for name, extra in (("mapped", []), ("stream", ["data.streaming=true"])):
+        cache = tmp_path / f"cache-{name}"
+        run_dir = tmp_path / name
+        result = lab_train(*common, *extra, f"hydra.run.dir={run_dir}", cache_dir=cache, cwd=tmp_path, timeout=400)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert read_run(run_dir)["status"] == "ok"
+        finals[name] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        if name == "mapped":  # one cache entry per split and one stats file: no rank tokenized twice
+            written = sorted(p.suffix for p in (cache / "tokenized").iterdir())
+            assert written == [".arrow", ".arrow", ".json"], written
+    for key, tensor in finals["mapped"].items():
+        assert torch.equal(finals["stream"][key], tensor), key

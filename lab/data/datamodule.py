@@ -24,13 +24,14 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow.compute as pc
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
 from lab.data.packing import check_seq_len, tokenize_documents, unigram_entropy_bits_from_counts
 from lab.data.sampler import ResumableSampler
-from lab.data.sources import SOURCES, Corpus, load_corpus, resolve_local_files
+from lab.data.sources import SOURCES, Corpus, check_streaming_selection, load_corpus, resolve_local_files
 from lab.data.streaming import StreamingRows
 from lab.data.token_store import MappedRows, TokenStream
 from lab.data.tokenizers import ByteTokenizer, Tokenizer, build_tokenizer, check_tokenizer_config
@@ -94,12 +95,8 @@ def validate_data_config(**options) -> DataConfig:
     else:
         for field, default in HUB_ONLY.items():
             value = getattr(config, field)
-            require(value == default, f"data.{field}", f"only for data.source=hub (leave it {default}), got {value!r}")
-    require(
-        not (config.streaming and config.max_docs is not None and config.source != "stdlib"),
-        "data.max_docs",
-        "must be null with data.streaming=true (choosing a subset needs the whole corpus)",
-    )
+            require(value == default, f"data.{field}", f"only for data.source=hub (leave it {'null' if default is None else default}), got {value!r}")
+    check_streaming_selection(config.source, config.streaming, config.max_docs)
     require(
         isinstance(config.text_field, str) and config.text_field != "",
         "data.text_field",
@@ -369,7 +366,9 @@ def _corpus_stats(train_rows: MappedRows, val_rows: MappedRows, tokenizer: Token
 
 
 def _column_sum(docs: datasets.Dataset, column: str) -> int:
-    return int(sum(int(np.sum(batch[column])) for batch in docs.with_format("numpy").iter(batch_size=100_000)))
+    # On the Arrow column itself: formatting batches would also convert (and the allocator keep) every `ids` list.
+    total = pc.sum(docs.data.column(column)).as_py()
+    return int(total or 0)
 
 
 def _unigram_stats(counts: np.ndarray, n_bytes: int) -> dict:

@@ -155,11 +155,11 @@ def pack_row(window: np.ndarray, doc_starts: np.ndarray, seq_len: int, pad_id: i
     """One packed row, each column [S], from its slice of the stream.
 
     window: [n] ids, n ≤ S (n < S only for the stream's last row, which is padded);
-    doc_starts: offsets in (0, n) where a document begins. The row start is always an
-    occurrence start (a new document or the continuation of one), so it is not listed.
+    doc_starts: increasing offsets in (0, n) where a document begins. The row start is always
+    an occurrence start (a new document or the continuation of one), so it is not listed.
     """
     n = window.size
-    starts = np.unique(np.asarray(doc_starts, dtype=np.int64))  # sorted, each start once
+    starts = np.asarray(doc_starts, dtype=np.int64)
     new_occurrence = np.zeros(n, dtype=np.int64)
     new_occurrence[starts] = 1
     occurrence = np.cumsum(new_occurrence)  # [n]: 0 for the row's first occurrence, +1 at each start

@@ -1,8 +1,9 @@
 """Text corpora as Hugging Face `Dataset`s with one `text` column, split into train/val.
 
 Sources: `stdlib` (the running interpreter's standard-library `.py` files, one document
-per file), local `text` / `json` / `jsonl` / `parquet` files, and `hub` (a dataset name
-passed straight to `datasets.load_dataset`).
+per file), local `text` / `json` / `jsonl` / `parquet` files (`auto`: the format named by
+the extensions of the files, folders and globs in `data.path`), and `hub` (a dataset name,
+subset, split and revision passed to `datasets.load_dataset`).
 
 Selection rules, shared by every source, so that a corpus is a pure function of its
 inputs:
@@ -17,11 +18,13 @@ document text for every other source (so duplicated documents land in the same s
 and never leak from train into val). The split does not depend on `seed`: seeds vary
 the training order, not the data. Corner case: with at least two documents, train and
 (when `val_fraction > 0`) val each keep at least one document, moved by smallest /
-largest bucket, so tiny corpora still validate.
+largest bucket, so tiny corpora still validate. Streaming (`streaming=True`) applies
+rules 1 and 3 lazily per document; it has no max_docs and no corner case.
 
 The corpus fingerprint is a sha256 over what the corpus contains *and* the selection
 settings (they decide the train split, which the BPE cache and the tokenized cache
-are keyed by).
+are keyed by). For the Hub, where the content is not known before download, it covers
+the dataset name, subset, split and revision instead.
 """
 
 from __future__ import annotations
@@ -127,11 +130,7 @@ def load_corpus(
     (`max_docs` needs the whole corpus and is refused, except for the in-memory stdlib corpus).
     """
     selection = _Selection(min_doc_chars=min_doc_chars, max_docs=max_docs, val_fraction=val_fraction)
-    require(
-        not (streaming and max_docs is not None and source != "stdlib"),
-        "data.max_docs",
-        "must be null with data.streaming=true (choosing a subset needs the whole corpus)",
-    )
+    check_streaming_selection(source, streaming, max_docs)
     if source == "stdlib":
         corpus = _load_stdlib(selection)
         if not streaming:
@@ -143,6 +142,15 @@ def load_corpus(
         return _load_hub(hub, text_field, selection, cache_dir, streaming)
     local = resolve_local_files(path, source)
     return _load_local(local, text_field, selection, cache_dir, streaming)
+
+
+def check_streaming_selection(source: str, streaming: bool, max_docs: int | None) -> None:
+    """A streamed corpus is read once in order; the max_docs subset needs all of it (stdlib is in memory anyway)."""
+    require(
+        not (streaming and max_docs is not None and source != "stdlib"),
+        "data.max_docs",
+        "must be null with data.streaming=true (choosing a subset needs the whole corpus)",
+    )
 
 
 def resolve_local_files(path, source: str = "auto") -> LocalFiles:

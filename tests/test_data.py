@@ -705,7 +705,9 @@ def test_ddp_ranks_share_the_cache_and_streaming_matches_mapped(tmp_path):
         assert result.returncode == 0, result.stderr[-3000:]
         assert read_run(run_dir)["status"] == "ok"
         finals[name] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
-        if name == "mapped":  # one cache entry per split and one stats file: no rank tokenized twice
+        if name == "mapped":  # rank 0 tokenized each split once; rank 1 (its own process) read the cache
+            bars = [line for line in result.stderr.replace("\r", "\n").splitlines() if line.startswith("tokenize:")]
+            assert sum(line.startswith("tokenize:   0%") for line in bars) == 2, bars
             written = sorted(p.suffix for p in (cache / "tokenized").iterdir())
             assert written == [".arrow", ".arrow", ".json"], written
     for key, tensor in finals["mapped"].items():

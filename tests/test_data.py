@@ -712,3 +712,4 @@ def test_ddp_ranks_share_the_cache_and_streaming_matches_mapped(tmp_path):
             assert written == [".arrow", ".arrow", ".json"], written
     for key, tensor in finals["mapped"].items():
         assert torch.equal(finals["stream"][key], tensor), key
+

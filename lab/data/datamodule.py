@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytorch_lightning as pl
 import torch
+from filelock import FileLock
 from torch.utils.data import DataLoader
 
 from lab.data.packing import check_seq_len, tokenize_documents, unigram_entropy_bits_from_counts
@@ -223,9 +224,19 @@ class LMDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------ the work
 
     def prepare(self) -> None:
-        """Load and tokenize the corpus (once per process; disk caches across runs and ranks)."""
+        """Load and tokenize the corpus (once per process; disk caches across runs and ranks).
+
+        Processes sharing a cache folder prepare one at a time: with Lightning's launcher rank 0
+        prepares before the other ranks start; launchers that start every rank at once (torchrun,
+        Slurm, parallel sweep jobs) let the first one tokenize and the others read its cache.
+        """
         if self._prepared is not None:
             return
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.cache_dir / "prepare.lock")):
+            self._prepare()
+
+    def _prepare(self) -> None:
         config = self.config
         corpus = load_corpus(
             config.source,

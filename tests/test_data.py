@@ -39,7 +39,7 @@ from lab.data.sources import hub_fingerprint
 from lab.data.tokenizers import bpe_cache_path
 from lab.errors import ConfigError
 from tests.cli import TINY, lab_train, read_run
-from tests.fit_helpers import compose_cfg, fit
+from tests.fit_helpers import fit
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -667,14 +667,13 @@ def test_streaming_stdlib_matches_mapped_and_shuffles_by_seed_and_epoch(tmp_path
     assert not torch.equal(first_tokens(1), first_tokens(1, per_epoch))  # the next epoch is reshuffled
 
 
-def test_streaming_training_resumes_exactly_and_matches_mapped_training(tmp_path):
+def test_streaming_training_resumes_exactly_and_matches_mapped_training(tmp_path, tiny_cfg):
     texts = [f"row {i}: " + "tok " * (3 + i % 5) for i in range(30)]
     corpus = write_jsonl(tmp_path / "small.jsonl", texts)
     base = ["data=text", f"data.path={corpus}", "data.max_docs=null", "data.shuffle=false", "data.val_fraction=0.1"]
 
     def final_weights(*overrides, run, steps, ckpt_path=None):
-        cfg = compose_cfg(*base, *overrides, cache_dir=tmp_path / "cache")
-        trainer, module, datamodule = fit(cfg, tmp_path / run, max_steps=steps, every=4, ckpt_path=ckpt_path)
+        _, module, datamodule = fit(tiny_cfg(*base, *overrides), tmp_path / run, max_steps=steps, every=4, ckpt_path=ckpt_path)
         return module.state_dict(), datamodule
 
     mapped, datamodule = final_weights(run="mapped", steps=9)

@@ -34,7 +34,7 @@ Generated corpora and caches live in a temporary folder (or `--workdir`) and are
 from __future__ import annotations
 
 # common first: it sets OMP_WAIT_POLICY before torch loads OpenMP.
-from experiments.benchmarks.common import Timing, table, verdict  # isort: skip
+from experiments.benchmarks.common import Timing, compose, table, verdict  # isort: skip
 
 import argparse
 import itertools
@@ -211,14 +211,11 @@ def training_step_times(steps: int, warmup: int) -> Timing:
     """Per-step wall times of the default `lab-train` job (composed config, real Trainer, stdlib corpus)."""
     import pytorch_lightning as pl
     import torch
-    from hydra import compose, initialize_config_dir
 
-    from lab.train import CONF_DIR, build
+    from lab.train import build
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=[f"trainer.max_steps={steps}"])
-    datamodule, module = build(cfg)
+    datamodule, module = build(compose(f"trainer.max_steps={steps}"))
     stamps: list[float] = []
 
     class Stamp(pl.Callback):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
+from lab.callbacks.cadence import logs_this_step
 from lab.checkpoint import (
     build_manifest,
     collect_rng_states,
@@ -56,8 +57,11 @@ class MTPLitModule(pl.LightningModule):
         self.optim = typed(OptimConfig, optim, "optim")
         self.total_steps = total_steps
         self.consumed_tokens = 0  # weight-schedule position; saved in checkpoints
-        # Declared hook: callbacks add probes that read each step's graph (GradDiagnostics).
+        # Declared hooks for callbacks: probes that read each step's graph (GradDiagnostics), and how
+        # often the step measures saved-tensor memory (MemoryMetrics; None = never).
         self.step_probes: list[StepProbe] = []
+        self.memory_every_n_steps: int | None = None
+        self._steps_this_fit = 0
 
     # ---- distributed helpers (for callbacks) ------------------------------------------
     @property
@@ -71,10 +75,18 @@ class MTPLitModule(pl.LightningModule):
     def progress(self) -> Progress:
         return Progress(step=self.global_step, consumed_tokens=self.consumed_tokens, total_steps=self.total_steps)
 
+    def measures_memory(self) -> bool:
+        """Saved-tensor memory is measured on the first step of every fit and every `memory_every_n_steps` steps."""
+        n = self.memory_every_n_steps
+        return n is not None and (self._steps_this_fit == 0 or self.global_step % n == 0)
+
     def training_step(self, batch, batch_idx):
-        outputs = train_step(self.model, self.objective, batch, self.progress(), LightningOptimization(self), probes=self.step_probes)
+        outputs = train_step(self.model, self.objective, batch, self.progress(), LightningOptimization(self),
+                             probes=self.step_probes, measure_memory=self.measures_memory())
         self.consumed_tokens += outputs.tokens
-        self.log("train/loss", outputs.loss.to(torch.float32), prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
+        self._steps_this_fit += 1
+        if logs_this_step(self._trainer):  # self.log costs; steps whose values no logger receives skip it
+            self.log("train/loss", outputs.loss.to(torch.float32), prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
         return {"loss": outputs.loss, "step": outputs}
 
     def validation_step(self, batch, batch_idx):
@@ -104,6 +116,7 @@ class MTPLitModule(pl.LightningModule):
         self._loaded_aliases = (checkpoint.get("mtp_manifest") or {}).get("aliases")
 
     def on_train_start(self):
+        self._steps_this_fit = 0
         if getattr(self, "_pending_rng", None) is not None:
             restore_rng_states(self._pending_rng)
             self._pending_rng = None

@@ -9,6 +9,7 @@ It returns a typed `StepOutputs` that callbacks read by attribute.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,7 +21,7 @@ from lab.distributed import all_reduce_sum
 from lab.model.heads import Horizon
 from lab.objective.logit_bytes import logit_bytes
 from lab.objective.memory import SavedTensorMeter
-from lab.objective.objective import Objective
+from lab.objective.objective import Objective, ScheduleConfig
 from lab.objective.weights import Progress
 
 
@@ -63,7 +64,11 @@ class PlainOptimization:
 
 @dataclass
 class StepOutputs:
-    """Per-step statistics (detached). Sums and hits are over all ranks; see `counts` for the count scope."""
+    """Per-step statistics (detached tensors on the model's device: nothing here waits for them).
+
+    Sums and hits are over all ranks; see `counts` for the count scope. Callbacks turn them into
+    numbers only on the steps they log.
+    """
 
     loss: Tensor  # [] float64: the objective the step optimised (Σ_k c_k S_k, over ranks); logged as train/loss
     loss_sums: Tensor  # [K] float64 S_k summed over ranks
@@ -74,8 +79,16 @@ class StepOutputs:
     lambdas: Tensor  # [K] float64 λ_k
     effective_weights: Tensor  # [K] c_k N_k / Σ_j c_j N_j
     tokens: int  # active tokens over ranks (the weight schedule's position advances by this)
-    logits_live_bytes: int  # logical peak of live V-wide logits under the backward schedule
     saved_peak_bytes: int | None  # measured peak of tensors saved for backward; None when not measured
+    schedule: ScheduleConfig  # the backward schedule, vocabulary size and logit element size: for logits_live_bytes
+    vocab_size: int
+    logit_element_bytes: int
+
+    @property
+    def logits_live_bytes(self) -> int:
+        """Logical peak of live V-wide logits under the backward schedule (this rank's counts); computed when asked."""
+        return logit_bytes(self.local_counts, self.vocab_size, schedule=self.schedule.name,
+                           bytes_per_element=self.logit_element_bytes, chunk_rows=self.schedule.chunk_rows)
 
 
 def step_outputs(outputs) -> StepOutputs | None:
@@ -96,8 +109,9 @@ def train_step(
     optimization: Optimization,
     *,
     probes: Sequence[StepProbe] = (),
-    measure_memory: bool = True,
+    measure_memory: bool = False,
 ) -> StepOutputs:
+    """One optimizer step on `batch`; `measure_memory` turns the saved-tensor meter on for this step."""
     optimization.zero_grad()
     meter = SavedTensorMeter(exclude=model.parameters()) if measure_memory else contextlib.nullcontext()
     with meter:
@@ -105,18 +119,22 @@ def train_step(
         horizons = model(batch)
         # 2. Coefficients c_k from the valid counts (all-reduced for count_scope=global) and λ(progress).
         coeffs = objective.coefficients(local_counts(horizons), batch["tokens"].numel(), progress)
+        applied = coeffs.applied  # [K] float32: what this rank's backward multiplies each S_k by
         # 3. Probes read this step's graph before any backward; the meter does not count them.
         if probes:
             with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
                 for probe in probes:
-                    probe(batch, horizons, coeffs.applied)
+                    probe(batch, horizons, applied)
         # 4. Backward schedule: V-wide logits and cross-entropy per horizon; `root` carries the gradient to the Parameters.
-        root, stats = objective.backward_schedule.run(horizons, coeffs.applied)
+        root, stats = objective.backward_schedule.run(horizons, applied)
         # 5. The loss over ranks; a non-finite one stops the run before any Parameter gradient exists.
+        #    The step's one host sync: the finiteness check and the token count in one transfer.
         loss, global_sums = objective.loss(stats.loss_sums, coeffs)
-        if not torch.isfinite(loss):
+        tokens = all_reduce_sum(batch["active"].sum())  # [] active tokens over ranks
+        loss_value, token_count = torch.stack([loss, tokens.to(loss)]).tolist()  # float64: exact below 2^53 tokens
+        if not math.isfinite(loss_value):
             # `progress.step` = the step metrics.csv logs this batch under (the update count before it).
-            raise FloatingPointError(f"non-finite loss at step {progress.step} ({float(loss)}); the update was not applied")
+            raise FloatingPointError(f"non-finite loss at step {progress.step} ({loss_value}); the update was not applied")
         # 6. One backward through heads and trunk (under DDP the only one that synchronises).
         optimization.backward(root)
     # 7. Clip, optimizer step, LR schedule step.
@@ -130,10 +148,9 @@ def train_step(
         coefficients=coeffs.coefficients,
         lambdas=coeffs.lambdas,
         effective_weights=coeffs.effective_weights,
-        tokens=int(all_reduce_sum(batch["active"].sum()).item()),
-        logits_live_bytes=logit_bytes(
-            stats.counts.tolist(), horizons[0].weight.shape[0], schedule=objective.schedule.name,
-            bytes_per_element=horizons[0].hidden.element_size(), chunk_rows=objective.schedule.chunk_rows,
-        ),
+        tokens=int(token_count),
         saved_peak_bytes=meter.peak_bytes if measure_memory else None,
+        schedule=objective.schedule,
+        vocab_size=horizons[0].weight.shape[0],
+        logit_element_bytes=horizons[0].hidden.element_size(),
     )

@@ -64,7 +64,7 @@ def build_and_fit(cfg: DictConfig, record: RunRecord):
     if ckpt_path is not None:
         # Refuse a damaged file or another experiment's checkpoint before the Trainer touches the run dir.
         resume_step = int(validate_checkpoint(ckpt_path, build_manifest(module, datamodule), module)["global_step"])
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    callbacks = instantiate_callbacks(cfg)
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
     if resume_step is not None:
         keep_csv_history(loggers, resume_step)
@@ -72,6 +72,16 @@ def build_and_fit(cfg: DictConfig, record: RunRecord):
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     record.update(manifest=build_manifest(module, datamodule))  # with the final weight-schedule position
     return trainer
+
+
+def instantiate_callbacks(cfg: DictConfig) -> list:
+    """The `callbacks` group, plus the progress bar (redrawn on logging steps only) when the trainer shows one."""
+    from lab.callbacks.progress import progress_bar
+
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    if cfg.trainer.get("enable_progress_bar", True):
+        callbacks.append(progress_bar())
+    return callbacks
 
 
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:

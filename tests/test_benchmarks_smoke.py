@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 EXPECTED = {
-    "harness_overhead": ["paired vs plain", "lightning / plain", "goal <= 1.05", "plain+meter / plain"],
+    "harness_overhead": ["paired vs plain", "harness / plain", "goal <= 1.03", "plain+meter / plain"],
     "logit_memory": ["peak/joint", "(peak-base)/logit", "goals at V=4096, K=2:", "sequential peak <= 0.35 x joint",
                      "(peak-base)/logit_bytes within 15% [joint]"],
     "mtp_overhead": ["vs ntp", "paired vs ntp", "goal at V=259, K=4: step time <= 1.05 x ntp"],

@@ -24,6 +24,7 @@ from lab.callbacks.grad_diagnostics import (
     resolve_groups,
 )
 from lab.callbacks.horizon_metrics import chain_acceptance_counts
+from lab.callbacks.memory_metrics import LogitLiveness
 from lab.callbacks.validation_figures import ValidationFigures
 from lab.errors import ConfigError
 from lab.model.heads import Horizon
@@ -242,13 +243,14 @@ def fit_losses(diagnostics: bool, steps: int = 20):
     pl.seed_everything(0, verbose=False)
     module = build_module(dict(name="parallel", k=3))
     recorder = LossRecorder()
-    callbacks = [recorder] + ([GradDiagnostics(every_n_steps=1), GradDiagnostics(every_n_steps=3)] if diagnostics else [])
+    memory = LogitLiveness(every_n_steps=1)  # the saved-tensor peak on every step
+    callbacks = [recorder, memory] + ([GradDiagnostics(every_n_steps=1), GradDiagnostics(every_n_steps=3)] if diagnostics else [])
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, deterministic=True, callbacks=callbacks,
     )
     trainer.fit(module, train_dataloaders=DataLoader(Rows(), batch_size=4, shuffle=True))
-    return recorder, {n: p.detach().clone() for n, p in module.named_parameters()}, callbacks[1:]
+    return recorder, {n: p.detach().clone() for n, p in module.named_parameters()}, callbacks[2:]
 
 
 def test_in_step_measurement_equals_a_fresh_measurement_on_the_pre_step_weights():

@@ -7,6 +7,7 @@ import math
 import pytorch_lightning as pl
 import torch
 
+from lab.callbacks.cadence import logs_this_step
 from lab.step import step_outputs
 
 
@@ -32,11 +33,15 @@ def ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
 
 
 class HorizonMetrics(pl.Callback):
+    """Training metrics on the steps whose metrics reach the loggers (`trainer.log_every_n_steps`); nothing on the others."""
+
     def __init__(self, log_every_n_steps: int = 1):
-        self.log_every_n_steps = log_every_n_steps
+        self.log_every_n_steps = log_every_n_steps  # further thinning: only steps with global_step % n == 0
         self._val: dict[str, torch.Tensor] = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if not logs_this_step(trainer):
+            return
         step = step_outputs(outputs)
         if step is None or trainer.global_step % self.log_every_n_steps:
             return

@@ -6,12 +6,16 @@ model on the growing sequence for every token (what decoding costs without KV ca
 "cached" is `lab.decode.generate`. Both must emit the same tokens.
 
 Part 2 (speculative, with --runs RUN_DIR ...): for each trained run, plain cached vs
-speculative decoding of the same prompts (cut from held-out stdlib documents), greedy and
-temperature 1.0, interleaved. Prints tokens per target forward, acceptance by draft
-position, the ledger's predicted speedup and the measured wall-clock speedup.
+speculative decoding of the same prompts (the first ≤ 64 tokens of held-out documents of the
+run's own validation split), temperature 1.0 (the headline) and greedy, alternating order,
+`--spec-repeats` timed runs per prompt and mode. Prints the median distinct-4-gram ratio,
+tokens per target forward, acceptance by draft position, mean emitted per round, the ledger's
+predicted speedup S = E[R]·C_main/(C_draft + C_verify), the measured decode-phase speedup and
+the per-prompt paired speedups. Continuations with < 20 % distinct 4-grams are degenerate:
+"clean" rows exclude them, "all" rows keep them.
 
     python -m experiments.benchmarks.decode_speed                      # part 1, ~1 min
-    python -m experiments.benchmarks.decode_speed --runs outputs/a outputs/b
+    python -m experiments.benchmarks.decode_speed --skip-cache-part --runs outputs/a outputs/b --prompts 16 --new-tokens 128
     python -m experiments.benchmarks.decode_speed --quick              # seconds-long smoke run
 """
 
@@ -103,11 +107,13 @@ def speculative_vs_plain(run_dir: Path, prompts: list[list[int]], new_tokens: in
         degenerate += not clean
         for group in (("clean", "all") if clean else ("all",)):
             groups[group]["plain"].append(plain.stats), groups[group]["speculative"].append(spec.stats), groups[group]["ratios"].append(ratio)
+            groups[group].setdefault("distinct4", []).append(ratio_4)
     out = {"head": model.head_cfg.name, "k": model.k, "prompts": len(prompts), "degenerate": degenerate, "matches": matches,
            "distinct4": statistics.median(distinct) if distinct else float("nan")}
     for name, group in groups.items():
         if group["speculative"]:
-            out[name] = {**ledger(merge(group["speculative"]), merge(group["plain"])), "paired_speedup": Timing(group["ratios"])}
+            out[name] = {**ledger(merge(group["speculative"]), merge(group["plain"])), "paired_speedup": Timing(group["ratios"]),
+                         "distinct4": statistics.median(group["distinct4"])}
     return out
 
 
@@ -115,8 +121,8 @@ def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int,
     print(f"\n== speculative vs plain, batch 1, {torch.get_num_threads()} threads, {new_tokens} new tokens, {repeats} repeats per prompt, "
           f"prompts: first ≤{prompt_tokens} tokens of held-out documents")
     best = {}
-    headers = ["run", "head", "prompts", "tokens/forward", "accept by position", "mean R", "ledger S", "measured S", "paired S median [IQR]",
-               "greedy match"]
+    headers = ["run", "head", "prompts", "distinct4", "tokens/forward", "accept by position", "mean R", "ledger S", "measured S",
+               "paired S median [IQR]", "greedy match"]
     for temperature, label in ((1.0, "sampling T=1.0 (headline)"), (0.0, "greedy")):
         rows = []
         for run_dir in run_dirs:
@@ -125,11 +131,11 @@ def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int,
             r = speculative_vs_plain(run_dir, prompts, new_tokens, temperature, eos, repeats)
             for group in ("clean", "all"):
                 if group not in r:
-                    rows.append([run_dir.name, f"{r['head']} K={r['k']}", f"{group}: none", "", "", "", "", "", "", ""])
+                    rows.append([run_dir.name, f"{r['head']} K={r['k']}", f"{group}: none", r["distinct4"], "", "", "", "", "", "", ""])
                     continue
                 g = r[group]
                 n = r["prompts"] - (r["degenerate"] if group == "clean" else 0)
-                rows.append([run_dir.name, f"{r['head']} K={r['k']}", f"{group}: {n}/{r['prompts']}", g["tokens_per_forward"],
+                rows.append([run_dir.name, f"{r['head']} K={r['k']}", f"{group}: {n}/{r['prompts']}", g["distinct4"], g["tokens_per_forward"],
                              ",".join(f"{a:.2f}" for a in g["accept_by_position"]), g["mean_R"], g["predicted_speedup"], g["measured_speedup"],
                              g["paired_speedup"].describe(1, 2), f"{r['matches']}/{r['prompts']}" if temperature == 0 else "n/a"])
                 if r["k"] == 4:

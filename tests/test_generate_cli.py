@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -128,3 +129,15 @@ def test_a_real_run_logs_draft_agreement(run_dir):
     chain = [final[f"val/agree_chain/h{k}"] for k in (2, 3)]
     assert all(0.0 <= final[f"val/agree/h{k}"] <= 1.0 for k in (2, 3)) and "val/agree/h1" not in final
     assert final["val/est_tokens_per_forward"] == pytest.approx(1 + chain[0] + chain[0] * chain[1], abs=1e-5)
+
+
+def test_a_real_run_writes_its_decoding_evaluation(run_dir):
+    report = json.loads((run_dir / "decoding.json").read_text())
+    final = read_run(run_dir)["final_metrics"]
+    assert report["settings"] == {"prompts": 4, "new_tokens": 64, "temperature": 0.0}
+    assert final["decode/tokens_per_forward"] == pytest.approx(report["speculative"]["tokens_per_forward"], rel=1e-6)
+    emitted = sum(len(p["speculative_tokens"]) for p in report["prompts"])
+    assert report["speculative"]["tokens_per_forward"] == pytest.approx(emitted / report["speculative"]["target_forwards"])
+    assert {"decode/accept/p1", "decode/accept/p2", "decode/speedup", "decode/greedy_match"} <= set(final)
+    header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "decode/tokens_per_forward" in header

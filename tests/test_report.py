@@ -36,6 +36,8 @@ def fake_job(sweep: Path, job: int, head: str, seed: int, status: str = "ok", er
     names += [f"grad/cos/leaf/h{i}_h{j}" for i in range(1, k + 1) for j in range(i + 1, k + 1)]
     val_names = ["val/loss", "val/bpb"] + [f"val/{m}/h{h}" for m in ("loss", "acc", "chain_acc") for h in range(1, k + 1)]
     val_names += [f"val/{m}/h{h}" for m in ("agree", "agree_chain") for h in range(2, k + 1)] + (["val/est_tokens_per_forward"] if k > 1 else [])
+    if k > 1:  # the end-of-training decoding evaluation
+        val_names += ["decode/tokens_per_forward", "decode/speedup", *[f"decode/accept/p{j}" for j in range(1, k)]]
     last_step = 19 if status == "ok" else 7
     with (run_dir / "metrics.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["epoch", "step", *names, *val_names])
@@ -60,6 +62,10 @@ def fake_job(sweep: Path, job: int, head: str, seed: int, status: str = "ok", er
 
 def final_value(name: str, base: float) -> float:
     h = int(name.rsplit("h", 1)[-1]) if "/h" in name else 1
+    if name.startswith("decode/accept/p"):
+        return round(0.8 / int(name.rsplit("p", 1)[-1]), 6)
+    if name.startswith("decode/"):
+        return round(1.5 + base / 100, 6)
     if "/acc" in name or "/agree" in name:
         return round(0.5 / h, 6)
     if name == "val/est_tokens_per_forward":
@@ -97,7 +103,7 @@ def test_report_files_rows_and_failure(fake_sweep):
     assert ok["overrides"] == "head=parallel seed=0 trainer.max_steps=20" and float(ok["run_time_s"]) > 0
     names = {p.name for p in report.figures}
     assert names == {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "grad_cosine.png",
-                     "effective_weights.png", "logit_memory.png", "draft_agreement.png"}
+                     "effective_weights.png", "logit_memory.png", "draft_agreement.png", "live_decoding.png"}
     md = (fake_sweep / "report.md").read_text()
     assert "non-finite loss at step 7" in md and "**failed**" in md
     # The validation estimate of tokens per forward is a variant-table column (mean over seeds 0..2).
@@ -105,8 +111,15 @@ def test_report_files_rows_and_failure(fake_sweep):
     column = [c.strip() for c in header.split("|")].index("est tokens/forward (val)")
     parallel_row = next(line for line in md.splitlines() if line.startswith("| head=parallel"))
     assert parallel_row.split("|")[column].strip().startswith(f"{1.25 + 3.11 / 100:.2f}")
+    # The decoding section: live tokens/forward and acceptance by draft position next to the estimate.
+    section = md.split("## Decoding (live, end of training)")[1].split("## Jobs")[0]
+    header = next(line for line in section.splitlines() if line.startswith("| variant"))
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in next(
+        line for line in section.splitlines() if line.startswith("| head=parallel")).split("|")]))
+    assert cells["accept p3"].startswith(f"{0.8 / 3:.2f}") and cells["tokens/forward (live)"].startswith(f"{1.5 + 3.11 / 100:.2f}")
+    assert "head=ntp" not in section
     page = (fake_sweep / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 7 and "<link" not in page and "src=\"http" not in page
+    assert page.count("data:image/png;base64,") == 8 and "Decoding (live, end of training)" in page and "<link" not in page and "src=\"http" not in page
 
 
 def test_seeds_aggregate_as_mean_and_spread(fake_sweep):

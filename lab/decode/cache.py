@@ -92,23 +92,37 @@ class CacheSet:
         self.head_dim, self.rope_base, self.family_of = head_dim, rope_base, family_of
         self.caches: dict = {}
         self.peak_bytes = {"target": 0, "draft": 0, "branch_peak": 0}
+        self._cos = self._sin = None  # [1, 1, P, hd/2] rotary table for positions 0..P-1, grown on demand
+        self._masks: dict = {}  # (start, n) -> [1, 1, n, start+n] causal mask, shared by the stacks of a pass
 
     def cache(self, key) -> StackCache:
         if key not in self.caches:
             self.caches[key] = StackCache(key, self.family_of(key))
         return self.caches[key]
 
+    def _rotary(self, start: int, n_rows: int, device):
+        """cos, sin [1, 1, n, hd/2] of positions start..start+n-1 (one table: every stack and step reuses it)."""
+        if self._cos is None or start + n_rows > self._cos.shape[2]:
+            size = max(256, 2 * (start + n_rows))
+            self._cos, self._sin = rotary_angles(torch.arange(size, device=device)[None], self.head_dim, self.rope_base)  # [1, 1, size, hd/2]
+        return self._cos[:, :, start : start + n_rows], self._sin[:, :, start : start + n_rows]  # [1, 1, n, hd/2] each
+
+    def _mask(self, start: int, n_rows: int, device):
+        """Row i (position start+i) sees every cached key and the new keys up to itself; None for one row."""
+        if n_rows == 1:
+            return None
+        if (start, n_rows) not in self._masks:
+            if len(self._masks) > 64:
+                self._masks.clear()
+            self._masks[start, n_rows] = torch.ones(n_rows, start + n_rows, dtype=torch.bool, device=device).tril(start)[None, None]  # [1, 1, n, start+n]
+        return self._masks[start, n_rows]
+
     def context(self, key, n_rows: int, device) -> AttentionContext:
         """Context for `n_rows` new rows appended to stack `key`: one document, positions continue."""
         cache = self.cache(key)
         start = cache.length
-        positions = torch.arange(start, start + n_rows, device=device)[None]  # [1, n]
-        cos, sin = rotary_angles(positions, self.head_dim, self.rope_base)  # [1, 1, n, hd/2] each
-        # Row i (position start+i) sees every cached key and the new keys up to itself.
-        mask = None
-        if n_rows > 1:
-            mask = torch.ones(n_rows, start + n_rows, dtype=torch.bool, device=device).tril(start)[None, None]  # [1, 1, n, start+n]
-        return AttentionContext(mask, cos, sin, kv=cache)
+        cos, sin = self._rotary(start, n_rows, device)
+        return AttentionContext(self._mask(start, n_rows, device), cos, sin, kv=cache)
 
     def contexts(self, n_rows: int, device):
         """`ctx_for(key)` for one forward over `n_rows` new rows in every stack it touches."""

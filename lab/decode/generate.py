@@ -122,6 +122,7 @@ class Decoder:
             start = time.perf_counter()
             drafts, draft_probs = self.proposer.propose(tokens, frontier, m, self.chooser)
             self.stats["draft_time_s"] += time.perf_counter() - start
+            self.state.caches.record_peaks()  # provisional draft rows (DeepSeek steps) count towards the draft peak
         elif self.proposer is not None:
             self.stats["fallbacks"] += 1
         result, seconds = self.target_pass([frontier, *drafts])  # row i predicts the slot after input i

@@ -112,6 +112,24 @@ def variant_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def decoding_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
+    """Live decoding (DecodingEval) next to the validation estimate; None when no run decoded."""
+    rows_with = [v for v in sorted(variants, key=order_key) if v.stat("decode/tokens_per_forward")[0] is not None]
+    if not rows_with:
+        return None
+    positions = max(v.max_k for v in rows_with) - 1
+    header = ["variant", "head", "K", "est tokens/forward (val)", "tokens/forward (live)",
+              *[f"accept p{j}" for j in range(1, positions + 1)], "speedup (live)", "greedy match"]
+    rows = [[v.label, fmt(v.head), fmt(v.k), v.cell("val/est_tokens_per_forward", 2), v.cell("decode/tokens_per_forward", 2),
+             *[v.cell(f"decode/accept/p{j}", 2) for j in range(1, positions + 1)], v.cell("decode/speedup", 2), v.cell("decode/greedy_match", 2)]
+            for v in rows_with]
+    return header, rows
+
+
+DECODING_NOTE = ("Greedy, a few validation prompts, at the end of training (`decode/*`); speedup = decode-phase "
+                 "tokens/s speculative / plain, same prompts. DeepSeek's validation estimate is teacher-forced.")
+
+
 def md_escape(cell: str) -> str:
     return str(cell).replace("|", "\\|").replace("\n", " ")
 
@@ -126,6 +144,9 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[tuple[str, str
     lines = [f"# Sweep report: {sweep.name}", "", *summary_lines(sweep, variants), "", "## Findings", ""]
     lines += [f"- {line}" for line in findings(sweep, variants)] or ["- no completed runs"]
     lines += ["", "## Variants (mean ± sd over seeds)", "", *md_table(*variant_table(variants))]
+    decoding = decoding_table(variants)
+    if decoding is not None:
+        lines += ["", "## Decoding (live, end of training)", "", DECODING_NOTE, "", *md_table(*decoding)]
     lines += ["", "## Jobs", "", *md_table(*run_table(sweep, variants))]
     if sweep.failed:
         lines += ["", "## Failed jobs", ""]
@@ -174,6 +195,9 @@ def html_page(sweep: Sweep, variants: list[Variant], figures: list[tuple[str, st
     parts += ["</ul>", "<h2>Findings</h2>", "<ul>"]
     parts += [f"<li>{inline_md(line)}</li>" for line in findings(sweep, variants)] or ["<li>no completed runs</li>"]
     parts += ["</ul>", "<h2>Variants (mean ± sd over seeds)</h2>", html_table(*variant_table(variants))]
+    decoding = decoding_table(variants)
+    if decoding is not None:
+        parts += ["<h2>Decoding (live, end of training)</h2>", f"<p>{inline_md(DECODING_NOTE)}</p>", html_table(*decoding)]
     header, rows = run_table(sweep, variants)
     failed = {i for i, r in enumerate(sweep.records) if r["status"] != "ok"}
     parts += ["<h2>Jobs</h2>", html_table(header, rows, failed)]

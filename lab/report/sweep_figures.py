@@ -126,9 +126,10 @@ def horizon_loss_curves(variants: list[Variant], path: Path) -> Path | None:
         return save_png(fig, path)
 
 
-def horizon_panels(variants: list[Variant], path: Path, panels, *, first_k: int, ylabel: str, title: str) -> Path | None:
-    """One panel per (metric prefix, panel title): `{prefix}/h{k}` vs k per variant, mean ± sd over seeds."""
-    rows = [v for v in sorted(variants, key=order_key) if v.stat(f"{panels[0][0]}/h{first_k}")[0] is not None]
+def horizon_panels(variants: list[Variant], path: Path, panels, *, first_k: int, ylabel: str, title: str,
+                   suffix: str = "h", xlabel: str = "horizon k") -> Path | None:
+    """One panel per (metric prefix, panel title): `{prefix}/{suffix}{k}` vs k per variant, mean ± sd over seeds."""
+    rows = [v for v in sorted(variants, key=order_key) if v.stat(f"{panels[0][0]}/{suffix}{first_k}")[0] is not None]
     if not rows:
         return None
     with figure(10.0, 3.8, 1, len(panels)) as (fig, axes):
@@ -137,12 +138,12 @@ def horizon_panels(variants: list[Variant], path: Path, panels, *, first_k: int,
             for i, variant in enumerate(rows):
                 ks, means, spreads = [], [], []
                 for k in range(first_k, variant.max_k + 1):
-                    mean, spread, _ = variant.stat(f"{prefix}/h{k}")
+                    mean, spread, _ = variant.stat(f"{prefix}/{suffix}{k}")
                     if mean is not None:
                         ks.append(k), means.append(mean), spreads.append(spread or 0.0)
                 if ks:
                     ax.errorbar(ks, means, yerr=spreads, color=color(i), marker="o", markersize=3, capsize=2, linewidth=1.0, label=short(variant.label))
-            ax.set_xlabel("horizon k")
+            ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.set_title(panel_title)
             ax.xaxis.get_major_locator().set_params(integer=True)
@@ -162,6 +163,36 @@ def draft_agreement(variants: list[Variant], path: Path) -> Path | None:
     panels = (("val/agree", "P(argmax_k[t] = argmax_1[t+k-1])"), ("val/agree_chain", "the same, given agreement at 2..k-1"))
     title = "Draft agreement by horizon (validation; DeepSeek depths are teacher-forced, an upper estimate)"
     return horizon_panels(variants, path, panels, first_k=2, ylabel="agreement", title=title)
+
+
+def live_decoding(variants: list[Variant], path: Path) -> Path | None:
+    """End-of-training decoding (DecodingEval): acceptance by draft position, and live vs estimated tokens/forward."""
+    rows = [v for v in sorted(variants, key=order_key) if v.stat("decode/accept/p1")[0] is not None]
+    if not rows:
+        return None
+    with figure(10.0, 3.8, 1, 2) as (fig, axes):
+        ax = axes[0][0]
+        for i, variant in enumerate(rows):
+            positions = [j for j in range(1, variant.max_k + 1) if variant.stat(f"decode/accept/p{j}")[0] is not None]
+            means = [variant.stat(f"decode/accept/p{j}")[0] for j in positions]
+            spreads = [variant.stat(f"decode/accept/p{j}")[1] or 0.0 for j in positions]
+            ax.errorbar(positions, means, yerr=spreads, color=color(i), marker="o", markersize=3, capsize=2, linewidth=1.0, label=short(variant.label))
+        ax.set_xlabel("draft position j")
+        ax.set_ylabel("acceptance rate")
+        ax.set_title("live acceptance by draft position")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend()
+        ax = axes[0][1]
+        x = np.arange(len(rows))
+        for offset, (metric, label) in zip((-0.2, 0.2), (("decode/tokens_per_forward", "live (greedy)"), ("val/est_tokens_per_forward", "validation estimate"))):
+            stats = [v.stat(metric) for v in rows]
+            ax.bar(x + offset, [s[0] if s[0] is not None else 0.0 for s in stats], width=0.4, yerr=[s[1] or 0.0 for s in stats], capsize=2, label=label)
+        ax.set_xticks(x, [short(v.label) for v in rows], rotation=30, ha="right")
+        ax.set_ylabel("tokens per target forward")
+        ax.set_title("speculative decoding progress")
+        ax.legend()
+        fig.suptitle("Live self-speculative decoding at the end of training (greedy, few prompts)")
+        return save_png(fig, path)
 
 
 def grad_cosine_heatmaps(variants: list[Variant], path: Path) -> Path | None:
@@ -263,6 +294,7 @@ REPORT_FIGURES = (
     ("horizon_loss_curves.png", horizon_loss_curves, "Per-horizon loss curves"),
     ("horizon_accuracy.png", horizon_accuracy, "Per-horizon accuracy vs horizon (Medusa-style) and chain acceptance"),
     ("draft_agreement.png", draft_agreement, "Draft agreement by horizon per architecture (estimates greedy self-speculative acceptance)"),
+    ("live_decoding.png", live_decoding, "Live decoding: acceptance by draft position and tokens per target forward (live vs validation estimate)"),
     ("grad_cosine.png", grad_cosine_heatmaps, "Gradient cosine between horizons"),
     ("effective_weights.png", effective_weights_by_policy, "Effective horizon weights by policy"),
     ("logit_memory.png", logit_memory_by_schedule, "Logit memory by schedule"),

@@ -29,14 +29,14 @@ HEADS = {
     "deepseek": ("deepseek", 3, {"depth": 2}),
     "deepseek_shared_post_norm": ("deepseek", 3, {"depth": 2, "share_depth_weights": True, "hidden_input": "post_norm"}),
 }
-VARIANTS = [(head, matched, tie) for head in HEADS for matched in (True, False) for tie in (True, False)]
+VARIANTS = [(head, matched, tie) for head in HEADS for matched in ("blocks", "none") for tie in (True, False)]  # head.compute_match
 
 
-def model64(head: str, matched: bool, tie: bool, seed: int = 0):
+def model64(head: str, matched: str, tie: bool, seed: int = 0):
     name, k, extra = HEADS[head]
     if head == "linear_replicated" and tie is False:
         pass  # replicated projections are separate Parameters either way; untied trunk too
-    return build_model(name, k, seed=seed, layers=5, tie=tie, compute_matched=matched, **extra).double().eval()
+    return build_model(name, k, seed=seed, layers=5, tie=tie, compute_match=matched, **extra).double().eval()
 
 
 def one_document(tokens: list[int]) -> dict:

@@ -164,7 +164,7 @@ def test_killed_ddp_run_resumes_like_an_uninterrupted_one(tmp_path, cache_dir, m
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     corpus = write_corpus(tmp_path / "corpus.txt")
     run_a, run_b, marker = tmp_path / "a", tmp_path / "b", tmp_path / "stalled"
-    ddp = ["trainer=ddp_cpu", "+callbacks.probe._target_=tests.test_resume.RankProbe"]
+    ddp = ["trainer=ddp_cpu", "+callbacks.rank_probe._target_=tests.test_resume.RankProbe"]
     run_and_kill([*job(corpus, run_a), *ddp], [*job(corpus, run_b), *ddp], marker, cache_dir, tmp_path)
     saved = torch.load(run_b / "checkpoints" / "last.ckpt", weights_only=True)
     assert saved["global_step"] == KILL_AT and len(saved["mtp_state"]["rng_by_rank"]) == 2

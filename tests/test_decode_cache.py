@@ -99,7 +99,7 @@ def test_deepseek_draft_steps_match_teacher_forced_forwards(head, tie, steps):
     reuse module (s-1) mod D + 1 and have no training-forward counterpart; they must still
     be a function of committed state + drafts only (checked by rerunning on a fresh cache).
     """
-    model = model64(head, True, tie)
+    model = model64(head, "next_token_path", tie)
     depth = model.head.depth
     state = CachedModel(model)
     chain = DeepSeekChain(state, draft_steps=steps)

@@ -234,7 +234,8 @@ def test_cost_table_and_matching_findings(fake_sweep):
     assert "| head=ntp | 1.000 M | 6 / 0 / 6 | 10.000 M |" in md
     assert ("Variants differ by more than 5% in parameters from head=ntp (1.000 M): head=deepseek 1.200 M (+20.0%)"
             " — their losses compare models of different size.") in md
-    assert "Variants differ by more than 5% in training FLOPs per token from head=ntp (10.000 M): head=deepseek 11.000 M (+10.0%)" in md
+    assert ("Variants differ by more than 5% in training FLOPs per token from head=ntp (10.000 M): head=deepseek 11.000 M (+10.0%)"
+            " — their losses compare models of different compute.") in md
     assert "head=parallel 1.020 M" not in md  # within 5 %: not named
     rows = list(csv.DictReader((fake_sweep / "runs.csv").open()))
     assert [float(r["params_total"]) for r in rows[:3]] == [1_000_000] * 3 and rows[3]["blocks_trunk"] == "2"

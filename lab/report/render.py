@@ -98,7 +98,9 @@ def cost_reference(variants: list[Variant], name: str) -> tuple[Variant, float] 
 def cost_findings(variants: list[Variant]) -> list[str]:
     """Whether the variants are matched in parameters and training FLOPs per token (±5 %)."""
     out = []
-    for name, what, show in (("params_total", "parameters", millions), ("train_flops_per_token", "training FLOPs per token", millions)):
+    for name, what, show, differ in (
+        ("params_total", "parameters", millions, "size"), ("train_flops_per_token", "training FLOPs per token", millions, "compute"),
+    ):
         reference = cost_reference(variants, name)
         if reference is None:
             continue
@@ -107,7 +109,7 @@ def cost_findings(variants: list[Variant]) -> list[str]:
         if off:
             out.append(f"Variants differ by more than {COST_TOLERANCE:.0%} in {what} from {base.label} ({show(value)}): "
                        + "; ".join(f"{v.label} {show(x)} ({x / value - 1:+.1%})" for v, x in off)
-                       + " — their losses compare models of different size.")
+                       + f" — their losses compare models of different {differ}.")
         else:
             out.append(f"All variants are within {COST_TOLERANCE:.0%} of {base.label} in {what} ({show(value)}).")
     return out

@@ -15,8 +15,9 @@ import torch
 from lab.callbacks.cadence import logs_this_step
 from lab.checkpoint import (
     build_manifest,
-    collect_rng_states,
+    collect_rng_states_of_every_rank,
     restore_rng_states,
+    rng_states_for_rank,
     tokenizer_payload,
     verify_restored,
 )
@@ -102,7 +103,8 @@ class MTPLitModule(pl.LightningModule):
     # ---- checkpoint state ----------------------------------------------------------
     def on_save_checkpoint(self, checkpoint):
         # Everything here is plain data or tensors: checkpoints load with weights_only=True.
-        checkpoint["mtp_state"] = {"consumed_tokens": self.consumed_tokens, "rng": collect_rng_states()}
+        rng = collect_rng_states_of_every_rank()  # a collective under DDP: every rank dumps the checkpoint
+        checkpoint["mtp_state"] = {"consumed_tokens": self.consumed_tokens, "rng": rng[0], "rng_by_rank": rng}
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         checkpoint["mtp_manifest"] = build_manifest(self, datamodule)
         checkpoint["mtp_tokenizer"] = tokenizer_payload(datamodule)
@@ -112,7 +114,7 @@ class MTPLitModule(pl.LightningModule):
         self.consumed_tokens = int(state.get("consumed_tokens", 0))
         # Applied in on_train_start, once Lightning has built the data iterators, so the
         # RNG streams continue exactly where the interrupted run left them.
-        self._pending_rng = state.get("rng")
+        self._pending_rng = rng_states_for_rank(state, self.global_rank, self.world_size)
         self._loaded_aliases = (checkpoint.get("mtp_manifest") or {}).get("aliases")
 
     def on_train_start(self):

@@ -72,12 +72,12 @@ class StepOutputs:
 
     loss: Tensor  # [] float64: the objective the step optimised (Σ_k c_k S_k, over ranks); logged as train/loss
     loss_sums: Tensor  # [K] float64 S_k summed over ranks
-    counts: Tensor  # [K] float64 N_k the coefficients were computed from (over ranks, or this rank's for count_scope=local)
+    counts: Tensor  # [K] float64 N_k over ranks (whatever the count scope: per-horizon metrics divide the sums by these)
     local_counts: Tensor  # [K] this rank's N_k
     correct: Tensor | None  # [K] float64 top-1 hits over ranks; None when no logits exist (chunked)
     coefficients: Tensor  # [K] float64 c_k
     lambdas: Tensor  # [K] float64 λ_k
-    effective_weights: Tensor  # [K] c_k N_k / Σ_j c_j N_j
+    effective_weights: Tensor  # [K] share of the loss per horizon over ranks: Σ_r c_k^r N_k^r / Σ_r Σ_j c_j^r N_j^r
     tokens: int  # active tokens over ranks (the weight schedule's position advances by this)
     saved_peak_bytes: int | None  # measured peak of tensors saved for backward; None when not measured
     schedule: ScheduleConfig  # the backward schedule, vocabulary size and logit element size: for logits_live_bytes
@@ -118,7 +118,8 @@ def train_step(
         # 1. Forward: one Horizon (d-wide rows, labels, mask, projection) per predicted offset.
         horizons = model(batch)
         # 2. Coefficients c_k from the valid counts (all-reduced for count_scope=global) and λ(progress).
-        coeffs = objective.coefficients(local_counts(horizons), batch["tokens"].numel(), progress)
+        rank_counts = local_counts(horizons)  # [K] this rank's valid rows
+        coeffs = objective.coefficients(rank_counts, batch["tokens"].numel(), progress)
         applied = coeffs.applied  # [K] float32: what this rank's backward multiplies each S_k by
         # 3. Probes read this step's graph before any backward; the meter does not count them.
         if probes:
@@ -142,12 +143,12 @@ def train_step(
     return StepOutputs(
         loss=loss.detach(),
         loss_sums=global_sums,
-        counts=coeffs.counts,
+        counts=coeffs.counts if objective.global_counts else all_reduce_sum(rank_counts),
         local_counts=stats.counts,
         correct=None if stats.correct is None else all_reduce_sum(stats.correct.to(torch.float64)),
         coefficients=coeffs.coefficients,
         lambdas=coeffs.lambdas,
-        effective_weights=coeffs.effective_weights,
+        effective_weights=coeffs.loss_shares(rank_counts),
         tokens=int(token_count),
         saved_peak_bytes=meter.peak_bytes if measure_memory else None,
         schedule=objective.schedule,

@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from lab.callbacks.throughput import TokenThroughput
 from lab.checkpoint import build_manifest, validate_checkpoint
 from lab.checkpoint_io import SafeCheckpointIO
 from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
@@ -31,7 +32,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     import pytorch_lightning as pl
 
     from lab.data import LMDataModule
-    from lab.model.mtp import parameter_table
+    from lab.model.cost import cost_table, format_cost_table
     from lab.module import MTPLitModule
 
     check_run_config(cfg)
@@ -51,9 +52,9 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     check_horizons_fit(module.model.k, datamodule.config.seq_len)
     datamodule.setup("fit")
     if record is not None:
-        table = parameter_table(module.model)
-        print("parameters: " + ", ".join(f"{key}={value}" for key, value in table.items()))
-        record.update(parameters=table, manifest=build_manifest(module, datamodule), corpus_stats=datamodule.corpus_stats)
+        cost = cost_table(module.model, int(cfg.data.seq_len))
+        print("cost:\n" + format_cost_table(cost))
+        record.update(cost=cost, manifest=build_manifest(module, datamodule), corpus_stats=datamodule.corpus_stats)
     return datamodule, module
 
 
@@ -68,9 +69,14 @@ def build_and_fit(cfg: DictConfig, record: RunRecord):
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
     if resume_step is not None:
         keep_csv_history(loggers, resume_step)
+    for logger in loggers:  # wandb's run config and the CSV logger's hparams.yaml carry the model's cost
+        logger.log_hyperparams({"cost": record.payload.get("cost", {})})
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[SafeCheckpointIO()])
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     record.update(manifest=build_manifest(module, datamodule))  # with the final weight-schedule position
+    measured = [c.summary() for c in callbacks if isinstance(c, TokenThroughput)]
+    if measured:
+        record.update(cost={**record.payload.get("cost", {}), **measured[0]})
     return trainer
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 TINY = [
     "model.d_model=32",
-    "model.n_layers=3",
+    "model.n_layers=6",  # compute_match=blocks: K=4 block heads still leave 2 trunk blocks
     "model.n_heads=2",
     "data.max_docs=20",
     "data.seq_len=32",

@@ -15,13 +15,17 @@ valid counts at every horizon. Rank r of W trains on rows [r*4/W, (r+1)*4/W); th
 
 For each case the worker records, after exactly one step, every parameter's gradient
 (read in `on_before_optimizer_step`, i.e. after DDP's all-reduce and before AdamW
-changes the weights) and the step's loss (`StepOutputs.loss` from `training_step`, plus
-the logged `train/loss` as a cross-check).
+changes the weights), the step's loss (`StepOutputs.loss` from `training_step`, plus
+the logged `train/loss` as a cross-check) and every per-horizon metric the real
+`HorizonMetrics` callback logged (`train/{loss,acc,count,weight_eff,lambda,coef}/h{k}`).
 Rank 0 writes RESULT.pt; other ranks write RESULT.pt.rank{r} so the test can check the
 ranks agree (DDP gradients are averaged, hence identical on every rank).
 
-CASES.json is a list of {"name", "head", "reduction", "schedule"} dicts (the three
-config dicts of `MTPLitModule`).
+CASES.json is a list of {"name", "head", "reduction", "schedule"} dicts (the config dicts
+of `MTPLitModule`; optional "weights", default geometric γ = 0.5, i.e. non-uniform λ).
+A case with "validate": {data options} instead runs `Trainer.validate` on a real
+`LMDataModule` (cache under --cache-dir) and records the logged `val/*` metrics and the
+rows each rank validated.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from lab.callbacks.horizon_metrics import HorizonMetrics  # noqa: E402
+from lab.data import LMDataModule  # noqa: E402
 from lab.module import MTPLitModule  # noqa: E402
 
 SEED = 1234
@@ -59,7 +65,8 @@ MODEL = {
     "init_std": 0.2,
 }
 OPTIM = {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.1, "warmup_steps": 1, "min_lr_ratio": 0.1, "grad_clip": None}
-WEIGHTS = {"name": "uniform", "lambdas": None}
+# Non-uniform λ, so that e.g. the `global` and `weighted_pair` policies differ.
+WEIGHTS = {"name": "geometric", "gamma": 0.5}
 
 # Document lengths per row (the rest of the row is padding). Rows 0-1 (rank 0) are full,
 # rows 2-3 (rank 1) are mostly padding.
@@ -118,33 +125,71 @@ class Capture(pl.Callback):
         self.local_rows = int(batch["tokens"].shape[0])
 
 
-def run_case(case: dict, devices: int) -> dict:
+class ValidationRows(pl.Callback):
+    """Rows this rank validated."""
+
+    def __init__(self):
+        self.rows = 0
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self.rows += int(batch["tokens"].shape[0])
+
+
+def build_module(case: dict, total_steps: int) -> MTPLitModule:
     pl.seed_everything(SEED, workers=True, verbose=False)
-    module = MTPLitModule(
-        model=dict(MODEL),
-        head=dict(case["head"]),
+    return MTPLitModule(
+        model={**MODEL, **case.get("model", {})},
+        head={"compute_match": "next_token_path", **case["head"]},  # 2 layers: the head blocks sit beside the trunk
         reduction=dict(case["reduction"]),
-        weights=dict(WEIGHTS),
+        weights=dict(case.get("weights", WEIGHTS)),
         schedule=dict(case["schedule"]),
         optim=dict(OPTIM),
-        total_steps=1,
+        total_steps=total_steps,
     )
-    capture = Capture()
-    trainer = pl.Trainer(
+
+
+def trainer_for(devices: int, callbacks: list, **options) -> pl.Trainer:
+    return pl.Trainer(
         accelerator="cpu",
         devices=devices,
         strategy="ddp" if devices > 1 else "auto",
         num_nodes=1,
-        max_steps=1,
-        max_epochs=1,
-        use_distributed_sampler=False,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
-        limit_val_batches=0,
-        callbacks=[capture],
+        callbacks=callbacks,
+        **options,
+    )
+
+
+def logged(trainer: pl.Trainer, prefix: str) -> dict:
+    return {name: value.detach().to(torch.float64).clone() for name, value in trainer.callback_metrics.items() if name.startswith(prefix)}
+
+
+def run_validation_case(case: dict, devices: int, cache_dir: str) -> dict:
+    datamodule = LMDataModule(**case["validate"], cache_dir=cache_dir)
+    module = build_module({**case, "model": {"vocab_size": datamodule.vocab_size}}, total_steps=1)
+    rows = ValidationRows()
+    trainer = trainer_for(devices, [HorizonMetrics(), rows])
+    trainer.validate(module, datamodule=datamodule, verbose=False)
+    return {
+        "val": logged(trainer, "val/"),
+        "val_rows_this_rank": rows.rows,
+        "world_size": dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1,
+        "global_rank": trainer.global_rank,
+    }
+
+
+def run_case(case: dict, devices: int, cache_dir: str) -> dict:
+    if "validate" in case:
+        return run_validation_case(case, devices, cache_dir)
+    module = build_module(case, total_steps=1)
+    capture = Capture()
+    trainer = trainer_for(
+        devices, [capture, HorizonMetrics(log_every_n_steps=1)],
+        max_steps=1, max_epochs=1, use_distributed_sampler=False, limit_val_batches=0,
     )
     trainer.fit(module, datamodule=FixedRows())
     if capture.steps_seen != 1 or capture.outputs is None:
@@ -155,6 +200,8 @@ def run_case(case: dict, devices: int) -> dict:
         "logged_loss": trainer.callback_metrics["train/loss"].detach().to(torch.float64).clone(),
         "grads": capture.grads,
         "grad_none": capture.grad_none,
+        "horizon_metrics": logged(trainer, "train/"),
+        "lambdas": out["step"].lambdas.detach().clone(),
         "counts": out["step"].counts.detach().clone(),
         "local_counts": torch.as_tensor(out["step"].local_counts).detach().clone(),
         "local_rows": capture.local_rows,
@@ -169,6 +216,7 @@ def main() -> None:
     parser.add_argument("--devices", type=int, choices=(1, 2), required=True)
     parser.add_argument("--cases", required=True, help="JSON list of cases")
     parser.add_argument("--out", required=True, help="torch.save target of rank 0")
+    parser.add_argument("--cache-dir", required=True, help="dataset cache of the validation cases")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)  # same kernels/threading in both runs; 2 ranks share 2 cores
@@ -177,11 +225,12 @@ def main() -> None:
 
     results, rank = {}, 0
     for case in cases:
-        result = run_case(case, args.devices)
+        result = run_case(case, args.devices, args.cache_dir)
         rank = result["global_rank"]
         results[case["name"]] = result
         if rank == 0:
-            print(f"[ddp_worker devices={args.devices}] {case['name']}: loss {result['loss'].item():.6f}", flush=True)
+            summary = f"loss {result['loss'].item():.6f}" if "loss" in result else f"val/loss {result['val']['val/loss'].item():.6f}"
+            print(f"[ddp_worker devices={args.devices}] {case['name']}: {summary}", flush=True)
     path = args.out if rank == 0 else f"{args.out}.rank{rank}"
     torch.save(results, path + ".tmp")
     os.replace(path + ".tmp", path)

@@ -51,9 +51,13 @@ def model_config(n_layers: int = 2, tie: bool = True, vocab: int = VOCAB, d_mode
 
 
 def build_model(name: str, k: int = 1, *, seed: int = 0, layers: int = 2, tie: bool = True, **head) -> MTPModel:
-    """A tiny MTPModel with `layers` = model.n_layers; `head` holds extra head-config fields (depth, trunk_grad, ...)."""
+    """A tiny MTPModel with `layers` = model.n_layers; `head` holds extra head-config fields (depth, trunk_grad, ...).
+
+    `compute_match` defaults to `next_token_path` here (not the config's `blocks`), so that
+    2-layer models can carry K block heads.
+    """
     torch.manual_seed(seed)
-    return MTPModel(model_config(layers, tie), head_config({"name": name, "k": k, **head}))
+    return MTPModel(model_config(layers, tie), head_config({"name": name, "k": k, "compute_match": "next_token_path", **head}))
 
 
 def horizon_sums(horizons) -> list[torch.Tensor]:

@@ -21,7 +21,7 @@ HEADS = {
     "linear_replicated": dict(name="linear", k=4, unembedding="replicated"),
     "parallel": dict(name="parallel", k=4),
     "causal": dict(name="causal", k=4),
-    "anticausal": dict(name="anticausal", k=4, compute_matched=False),
+    "anticausal": dict(name="anticausal", k=4, compute_match="none"),
     "deepseek_d3": dict(name="deepseek", k=4, depth=3),
     "deepseek_d2": dict(name="deepseek", k=3, depth=2),
 }

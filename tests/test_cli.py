@@ -21,7 +21,8 @@ def test_tiny_run_writes_metrics_checkpoint_record_and_wandb(tmp_path, cache_dir
     assert len(record["manifest"]["corpus_fingerprint"]) == 64
     assert record["manifest"]["tokenizer"]["kind"] == "byte"
     assert record["versions"]["torch"] and "val/loss" in record["final_metrics"]
-    assert record["parameters"]["trunk_layers"] == 3
+    assert (record["cost"]["blocks_trunk"], record["cost"]["blocks_head"]) == (6, 0)
+    assert "6 trunk + 0 head = 6" in result.stdout
     keys, records = wandb_history_keys(run_dir)
     assert "train/loss" in keys and "val/bpb" in keys
     run = next(r for r in records if r.get("type") == "run")["run"]
@@ -44,10 +45,24 @@ def test_every_head_trains_end_to_end_in_one_multirun(tmp_path, cache_dir):
     for record in records:
         assert record["status"] == "ok", record["error"]
         assert record["manifest"]["k"] in (3, 4)
-        table = record["parameters"]
-        assert table["trunk_layers"] + table["head_blocks_on_next_token_path"] == (5 if table["head"] != "deepseek" else 3)
+        cost = record["cost"]  # every variant's run.json: blocks, parameters, FLOPs/token, measured speed
+        assert cost["blocks_trunk"] + cost["blocks_head"] == (5 if cost["head"] != "deepseek" else 6) and cost["blocks_trunk"] >= 1
+        assert cost["params_total"] > 0 and cost["train_flops_per_token"] > 0
+        assert cost["train_tokens"] == 6 * 4 * 32 and cost["train_tokens_per_s"] > 0 and cost["train_time_s"] > 0
         for k in range(1, record["manifest"]["k"] + 1):
             assert f"val/loss/h{k}" in record["final_metrics"]
+
+
+def test_parameter_table_of_paper_matched_parallel_heads(tmp_path, cache_dir):
+    """The issue's acceptance command: parallel K=4 over model.n_layers=8 is 4 trunk + 4 head blocks."""
+    run_dir = tmp_path / "run"
+    overrides = [o for o in TINY if not o.startswith(("model.n_layers", "trainer.max_steps"))]
+    result = lab_train(*overrides, "head=parallel", "head.k=4", "model.n_layers=8", "trainer.max_steps=2",
+                       f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "4 trunk + 4 head = 8 (next-token path 5)" in result.stdout, result.stdout[-2000:]
+    cost = read_run(run_dir)["cost"]
+    assert (cost["blocks_trunk"], cost["blocks_head"], cost["compute_match"]) == (4, 4, "blocks")
 
 
 @pytest.mark.parametrize(

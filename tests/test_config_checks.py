@@ -23,9 +23,11 @@ def composed(overrides, cache_dir):
         (["data.min_doc_chars=100000000"], "data"),
         (["data.tokenizer=bpe", "data.vocab_size=100"], "data.vocab_size"),
         (["head=parallel", "head.k=0"], "head.k"),
-        (["head=parallel", "head.k=32"], "head.k"),
+        (["head=parallel", "head.k=32", "head.compute_match=none"], "head.k"),
         (["head=deepseek", "head.depth=2", "head.k=4"], "head.k"),
-        (["head=anticausal", "head.k=3"], "head.compute_matched"),
+        (["head=anticausal", "head.k=3", "model.n_layers=3", "head.compute_match=next_token_path"], "head.compute_match"),
+        (["head=parallel", "head.k=6"], "head.compute_match"),  # TINY: 6 layers, 6 head blocks
+        (["head=parallel", "head.compute_match=layers"], "head.compute_match"),
         (["head=parallel", "head.unembedding=twice"], "head.unembedding"),
         (["reduction=fixed", "reduction.fixed_denominator=0"], "reduction.fixed_denominator"),
         (["reduction=head_mean", "reduction.count_scope=world"], "reduction.count_scope"),

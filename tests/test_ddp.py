@@ -7,13 +7,21 @@ different valid counts at every horizon). It saves the loss and every parameter'
 gradient (after DDP's all-reduce, before the optimizer step). Both runs are launched
 once per test session (concurrently) and hold all cases, so DDP start-up is paid once.
 
+λ is non-uniform (geometric, γ = 0.5) in every case.
+
 Checked here:
 1. every policy in POLICIES with count_scope=global: the 2-process loss and gradients
    equal the 1-process ones (float32, relative 1e-5);
 2. count_scope=local with head_mean is NOT the global objective: the difference is
    measured, printed and required to exceed 1e-4 relative;
 3. joint / sequential / chunked backward schedules agree under DDP and equal the
-   1-process result (DeepSeek depth 2, head_mean).
+   1-process result (DeepSeek depth 2, head_mean);
+4. the per-horizon metrics the real `HorizonMetrics` callback logs (train/loss, acc, count,
+   weight_eff per horizon) equal the 1-process run's, for every policy, every head
+   architecture (weighted_pair) and both count scopes; under count_scope=local the
+   loss-share weight_eff is Σ_r c_k^r N_k^r / Σ_r Σ_j c_j^r N_j^r, checked by hand;
+5. validation over 5 rows (odd: they don't divide by the 2 ranks) counts every row once:
+   counts, losses and bits equal the 1-process validation.
 """
 
 from __future__ import annotations
@@ -39,6 +47,17 @@ SCHEDULES = ("joint", "sequential", "chunked")
 
 PARALLEL_K4 = {"name": "parallel", "k": 4}
 DEEPSEEK_D2 = {"name": "deepseek", "depth": 2, "k": None}
+EVERY_HEAD = {
+    "ntp": {"name": "ntp", "k": 1},
+    "linear": {"name": "linear", "k": 3},
+    "parallel": {"name": "parallel", "k": 3},
+    "causal": {"name": "causal", "k": 3},
+    "anticausal": {"name": "anticausal", "k": 3, "compute_match": "none"},  # 3 head blocks on the next-token path
+    "deepseek": {"name": "deepseek", "depth": 2, "k": None},
+}
+VAL_ROWS = 5  # odd: Lightning's default sampler would pad rank 1 with a repeat of row 0
+VALIDATION_DATA = {"source": "stdlib", "max_docs": 8, "seq_len": 16, "batch_size": 2, "max_val_rows": VAL_ROWS}
+PER_HORIZON = ("loss", "acc", "count", "weight_eff")
 
 
 def reduction(policy: str, scope: str = "global") -> dict:
@@ -55,8 +74,17 @@ def case_list() -> list[dict]:
         {"name": f"global/{policy}", "head": PARALLEL_K4, "reduction": reduction(policy), "schedule": schedule("sequential")}
         for policy in POLICIES
     ]
+    cases += [
+        {"name": f"local/{policy}", "head": PARALLEL_K4, "reduction": reduction(policy, "local"), "schedule": schedule("sequential")}
+        for policy in ("head_mean", "weighted_pair")
+    ]
+    cases += [
+        {"name": f"head/{name}", "head": head, "reduction": reduction("weighted_pair"), "schedule": schedule("sequential")}
+        for name, head in EVERY_HEAD.items()
+    ]
     cases.append(
-        {"name": "local/head_mean", "head": PARALLEL_K4, "reduction": reduction("head_mean", "local"), "schedule": schedule("sequential")}
+        {"name": "validate/odd_rows", "head": PARALLEL_K4, "reduction": reduction("head_mean"), "schedule": schedule("sequential"),
+         "validate": VALIDATION_DATA}
     )
     cases += [
         {"name": f"schedule/{name}", "head": DEEPSEEK_D2, "reduction": reduction("head_mean"), "schedule": schedule(name)}
@@ -77,7 +105,8 @@ def clean_env() -> dict:
 
 def launch(devices: int, cases_path: Path, out: Path, log: Path) -> tuple[subprocess.Popen, object]:
     handle = open(log, "w")
-    cmd = [sys.executable, str(WORKER), "--devices", str(devices), "--cases", str(cases_path), "--out", str(out)]
+    cache = out.parent / f"cache-{devices}"  # one per worker: the two run concurrently
+    cmd = [sys.executable, str(WORKER), "--devices", str(devices), "--cases", str(cases_path), "--out", str(out), "--cache-dir", str(cache)]
     # Own session: on timeout the whole group (rank 0 and the rank 1 it launched) is killed.
     proc = subprocess.Popen(cmd, cwd=REPO, env=clean_env(), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, handle
@@ -177,8 +206,12 @@ def max_grad_relative(got: dict, ref: dict) -> tuple[float, str]:
 # ---- the setup is what it claims to be --------------------------------------------------
 
 
+def training_cases(results: dict) -> dict:
+    return {name: result for name, result in results.items() if not name.startswith("validate/")}
+
+
 def test_runs_are_real_ddp_with_uneven_ranks(runs):
-    for name, result in runs["ddp"].items():
+    for name, result in training_cases(runs["ddp"]).items():
         assert result["world_size"] == 2 and result["trainer_world_size"] == 2, f"{name}: DDP run had world size {result['world_size']}"
         assert result["local_rows"] == 2, f"{name}: rank 0 trained on {result['local_rows']} rows, expected 2"
         assert runs["ddp_rank1"][name]["global_rank"] == 1
@@ -202,7 +235,7 @@ def test_runs_are_real_ddp_with_uneven_ranks(runs):
 
 
 def test_ranks_hold_identical_averaged_gradients(runs):
-    for name, rank0 in runs["ddp"].items():
+    for name, rank0 in training_cases(runs["ddp"]).items():
         rank1 = runs["ddp_rank1"][name]
         assert torch.equal(rank0["loss"], rank1["loss"]), f"{name}: ranks report different losses"
         differing = [p for p, g in rank0["grads"].items() if not torch.equal(g, rank1["grads"][p])]
@@ -246,3 +279,73 @@ def test_backward_schedules_agree_under_ddp(runs, name):
     assert_same_step(got, runs["ddp"]["schedule/joint"], f"DeepSeek depth 2, head_mean: DDP {name} vs DDP joint")
     assert_same_step(got, runs["single"][f"schedule/{name}"], f"DeepSeek depth 2, head_mean: DDP {name} vs 1-process {name}")
     assert_same_step(got, runs["single"]["schedule/joint"], f"DeepSeek depth 2, head_mean: DDP {name} vs 1-process joint")
+
+
+# ---- 4. logged per-horizon metrics equal the 1-process run's ------------------------------
+
+
+def horizon_metric_mismatches(got: dict, ref: dict, k: int, names=PER_HORIZON) -> list[str]:
+    problems = []
+    for metric in names:
+        for h in range(1, k + 1):
+            key = f"train/{metric}/h{h}"
+            if key not in ref:
+                problems.append(f"{key} missing in the 1-process run")
+            elif key not in got:
+                problems.append(f"{key} not logged")
+            elif not close(got[key], ref[key]):
+                problems.append(f"{key}: {got[key].item():.9g} vs {ref[key].item():.9g}")
+    return problems
+
+
+@pytest.mark.parametrize(
+    "name",
+    [f"global/{p}" for p in POLICIES] + [f"head/{h}" for h in EVERY_HEAD] + ["schedule/joint", "schedule/sequential"],
+)
+def test_logged_per_horizon_metrics_match_single_process(runs, name):
+    ref = runs["single"][name]["horizon_metrics"]
+    k = runs["single"][name]["lambdas"].numel()
+    for rank in ("ddp", "ddp_rank1"):
+        problems = horizon_metric_mismatches(runs[rank][name]["horizon_metrics"], ref, k)
+        assert not problems, f"{name} ({rank}): logged per-horizon metrics differ from 1 process:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("policy", ["head_mean", "weighted_pair"])
+def test_local_count_scope_logs_global_batch_statistics(runs, policy):
+    """Loss, accuracy and count per horizon describe the global batch under either count scope."""
+    name = f"local/{policy}"
+    got, ref = runs["ddp"][name], runs["single"][name]
+    k = ref["lambdas"].numel()
+    problems = horizon_metric_mismatches(got["horizon_metrics"], ref["horizon_metrics"], k, ("loss", "acc", "count"))
+    assert not problems, f"{name}: logged per-horizon metrics differ from 1 process:\n  " + "\n  ".join(problems)
+    # weight_eff = Σ_r c_k^r N_k^r / Σ_r Σ_j c_j^r N_j^r with each rank's own coefficients.
+    lam = got["lambdas"].double()
+    masses = []
+    for rank in ("ddp", "ddp_rank1"):
+        n = runs[rank][name]["local_counts"].double()
+        c = lam / n if policy == "head_mean" else lam / (lam * n).sum()
+        masses.append(c * n)
+    expected = (masses[0] + masses[1]) / (masses[0] + masses[1]).sum()
+    logged = torch.stack([got["horizon_metrics"][f"train/weight_eff/h{h}"] for h in range(1, k + 1)])
+    assert close(logged, expected), f"{name}: weight_eff {logged.tolist()} vs hand-computed {expected.tolist()}"
+    if policy == "head_mean":  # each rank's mass is λ_k: the same shares as one process
+        single = torch.stack([ref["horizon_metrics"][f"train/weight_eff/h{h}"] for h in range(1, k + 1)])
+        assert close(logged, single)
+
+
+# ---- 5. validation counts every row once ---------------------------------------------------
+
+
+def test_validation_with_rows_not_divisible_by_ranks_counts_each_row_once(runs):
+    name = "validate/odd_rows"
+    ddp, rank1, single = runs["ddp"][name], runs["ddp_rank1"][name], runs["single"][name]
+    assert ddp["world_size"] == 2 and single["world_size"] == 1
+    assert single["val_rows_this_rank"] == VAL_ROWS
+    assert (ddp["val_rows_this_rank"], rank1["val_rows_this_rank"]) == (3, 2), "each row once: rows 0, 2, 4 and 1, 3"
+    for key, ref in single["val"].items():
+        assert key in ddp["val"], f"{key} not logged under DDP"
+        same = close(ddp["val"][key], ref) or (ddp["val"][key].isnan() and ref.isnan())  # chain_acc: NaN with no correct prefix
+        assert same, f"{key}: DDP {ddp['val'][key].item():.9g} vs 1 process {ref.item():.9g}"
+    assert "val/bpb" in single["val"] and "val/loss/h4" in single["val"]
+    counts = [key for key in single["val"] if key.startswith("val/count/")]
+    assert counts and all(torch.equal(ddp["val"][key], single["val"][key]) for key in counts)

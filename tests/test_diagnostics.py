@@ -80,6 +80,7 @@ def test_cosine_of_orthogonal_and_zero_gradients():
 
 def build_module(head: dict, n_layers: int = 3, reduction: str = "head_mean", weights: dict | None = None) -> MTPLitModule:
     torch.manual_seed(0)
+    head = {"compute_match": "next_token_path", **head}  # 3 layers: K block heads beside the trunk
     cfg = model_config(n_layers)
     return MTPLitModule(
         model=dict(vars(cfg)),
@@ -92,20 +93,22 @@ def build_module(head: dict, n_layers: int = 3, reduction: str = "head_mean", we
     )
 
 
-def direct_gradients(module, batch):
-    """Per horizon k, by plain autograd on the ordinary forward: d(c_k S_k)/d(trunk output, params)."""
+def direct_gradients(module, batch, weighted: bool):
+    """Per horizon k, by plain autograd on the ordinary forward: d(L_k)/d(trunk output, params), L_k = S_k / N_k,
+    or (weighted) d(c_k S_k)/d(...) with the step's coefficients."""
     model = module.model
     captured = {}
     handle = model.trunk.register_forward_hook(lambda mod, inp, out: captured.setdefault("hidden", out))
     horizons = model(batch)
     handle.remove()
-    coeffs = module.objective.coefficients(local_counts(horizons), batch["tokens"].numel(), module.progress())
+    counts = local_counts(horizons)
+    coeffs = module.objective.coefficients(counts, batch["tokens"].numel(), module.progress())
     coeffs, scale = coeffs.coefficients, coeffs.scale
     sums = horizon_sums(horizons)
     last_block = list(model.trunk.blocks[-1].parameters())
     out = []
     for k, s in enumerate(sums):
-        term = (coeffs[k] * scale).float() * s
+        term = (coeffs[k] * scale).float() * s if weighted else s / counts[k].float()
         leaf, embed, *block = torch.autograd.grad(term, [captured["hidden"], model.trunk.embed.weight, *last_block],
                                                   retain_graph=True, allow_unused=True)
         block = torch.cat([torch.zeros(p.numel()) if g is None else g.flatten() for g, p in zip(block, last_block)])
@@ -126,26 +129,45 @@ def test_norms_cosines_and_shares_equal_direct_autograd(head):
     callback = GradDiagnostics(every_n_steps=1)
     callback.setup(None, module, "fit")
     metrics = callback.measure(module, batch, step=0).metrics
-    direct = direct_gradients(module, batch)
-    k = len(direct)
+    raw, weighted = direct_gradients(module, batch, weighted=False), direct_gradients(module, batch, weighted=True)
+    k = len(raw)
     assert set(metrics) == set(metric_names(k, ["trunk_last", "embed", "unembed"]))
     for space, index, prefix in (("leaf", 0, ""), ("embed", 1, "embed/"), ("trunk_last", 2, "trunk_last/")):
-        vectors = [d[index].double().flatten() for d in direct]
+        vectors = [d[index].double().flatten() for d in raw]
         for i in range(k):
             assert metrics[f"grad/norm/{prefix}h{i + 1}"] == pytest.approx(vectors[i].norm().item(), rel=1e-5, abs=1e-9), space
+            norm_weighted = weighted[i][index].double().norm().item()
+            assert metrics[f"grad/norm_weighted/{prefix}h{i + 1}"] == pytest.approx(norm_weighted, rel=1e-5, abs=1e-9), space
             for j in range(i + 1, k):
                 expected = (vectors[i] @ vectors[j] / (vectors[i].norm() * vectors[j].norm())).item()
                 got = metrics[f"grad/cos/{prefix}h{i + 1}_h{j + 1}"]
                 assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected, abs=1e-5), space
     for i in range(k):
-        embed_norm = direct[i][1].double().norm().item()
-        assert metrics[f"grad/shared/embed/h{i + 1}"] == pytest.approx(embed_norm, rel=1e-5, abs=1e-9)
-        assert metrics[f"grad/shared/unembed/h{i + 1}"] == metrics[f"grad/shared/embed/h{i + 1}"]  # tied: one Parameter
-    extra = sum(d[0] for d in direct[1:]).double().norm() / direct[0][0].double().norm()
+        for name, grads in (("shared", raw), ("shared_weighted", weighted)):
+            embed_norm = grads[i][1].double().norm().item()
+            assert metrics[f"grad/{name}/embed/h{i + 1}"] == pytest.approx(embed_norm, rel=1e-5, abs=1e-9)
+            assert metrics[f"grad/{name}/unembed/h{i + 1}"] == metrics[f"grad/{name}/embed/h{i + 1}"]  # tied: one Parameter
+    extra = sum(d[0] for d in weighted[1:]).double().norm() / weighted[0][0].double().norm()
     assert metrics["grad/trunk_ratio/extra_over_main"] == pytest.approx(extra.item(), rel=1e-5, abs=1e-9)
     if head.get("trunk_grad") == "detached":  # horizons ≥ 2 send nothing to the trunk
         assert metrics["grad/norm/h2"] == 0 and metrics["grad/trunk_ratio/extra_over_main"] == 0
         assert math.isnan(metrics["grad/cos/h1_h2"])
+
+
+def test_cosines_are_defined_for_horizons_with_zero_weight():
+    # Forward curriculum, K = 3, step 0: λ = (1, 0, 0). The horizons' own losses still have
+    # gradients, so every cosine is finite; only the λ-weighted norms of h2, h3 are 0.
+    module = build_module(dict(name="parallel", k=3), weights=dict(name="curriculum_forward"))
+    callback = GradDiagnostics(every_n_steps=1)
+    callback.setup(None, module, "fit")
+    metrics = callback.measure(module, packed_batch(), step=0).metrics
+    cosines = {name: value for name, value in metrics.items() if name.startswith("grad/cos/")}
+    assert len(cosines) == 4 * 3 and all(math.isfinite(v) for v in cosines.values()), cosines
+    for prefix in ("", "embed/", "trunk_last/"):
+        assert metrics[f"grad/norm/{prefix}h1"] > 0 and metrics[f"grad/norm_weighted/{prefix}h1"] > 0
+        for h in (2, 3):
+            assert metrics[f"grad/norm/{prefix}h{h}"] > 0 and metrics[f"grad/norm_weighted/{prefix}h{h}"] == 0
+    assert metrics["grad/trunk_ratio/extra_over_main"] == 0
 
 
 def test_per_horizon_gradients_sum_to_the_step_gradient_and_leave_state_alone():
@@ -310,7 +332,7 @@ def design_names(k: int) -> set[str]:
 def test_diagnostics_preset_logs_every_design_name_to_csv_and_wandb(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
     result = lab_train(
-        *TINY, "model.n_layers=5", "callbacks=diagnostics", "head=parallel", "head.k=4",
+        *TINY, "model.n_layers=5", "callbacks=diagnostics", "head=parallel", "head.k=4", "weights=curriculum_forward",
         "callbacks.grad_diagnostics.every_n_steps=4", f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -321,6 +343,11 @@ def test_diagnostics_preset_logs_every_design_name_to_csv_and_wandb(tmp_path, ca
     grad_steps = [int(r["step"]) for r in rows if r.get("grad/norm/h1")]
     assert grad_steps == [0, 4]  # every_n_steps=4 over 6 steps, logged at the step they describe
     assert all(float(r["grad/norm/h1"]) > 0 and -1 <= float(r["grad/cos/h1_h2"]) <= 1 for r in rows if r.get("grad/norm/h1"))
+    # Step 0 of the forward curriculum trains horizon 1 only (λ = 1, 0, 0, 0); every cosine is still defined.
+    step0 = next(r for r in rows if r.get("grad/norm/h1") and int(r["step"]) == 0)
+    cosines = {name: float(value) for name, value in step0.items() if name.startswith("grad/cos/")}
+    assert len(cosines) == 4 * 6 and all(math.isfinite(v) for v in cosines.values()), cosines
+    assert float(step0["grad/norm_weighted/h4"]) == 0 < float(step0["grad/norm/h4"])
     keys, _ = wandb_history_keys(run_dir)
     assert expected <= keys, sorted(expected - keys)
     assert {"val/fig/grad_cos._type", "val/fig/horizon_acc._type", "val/table/horizons._type"} <= keys

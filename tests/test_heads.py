@@ -364,6 +364,34 @@ def test_head_init_options(head):
 # ---------------------------------------------------------------- 4. compute matching and validation
 
 
+def blocks_reached(model, weights) -> list:
+    """Transformer Block modules whose parameters get a non-zero gradient from Σ_k w_k S_k."""
+    loss_and_grads(model, packed_batch(), weights)
+    return [m for m in model.modules() if isinstance(m, Block) and any(p.grad is not None and p.grad.abs().max() > 0 for p in m.parameters())]
+
+
+@pytest.mark.parametrize(
+    "head,trunk,head_blocks,block_modules",
+    [
+        (dict(name="ntp", k=1), 8, 0, 8),
+        (dict(name="linear", k=3), 8, 0, 8),
+        (dict(name="parallel", k=3), 5, 3, 8),
+        (dict(name="parallel", k=2, n_layers=2), 4, 4, 8),
+        (dict(name="causal", k=3), 5, 3, 8),
+        (dict(name="anticausal", k=3), 5, 3, 8),
+        (dict(name="deepseek", k=3, depth=2), 6, 2, 8),
+        (dict(name="deepseek", k=3, depth=2, share_depth_weights=True), 6, 2, 7),  # one block run at both depths
+    ],
+)
+def test_compute_match_blocks_keeps_the_ntp_block_count(head, trunk, head_blocks, block_modules):
+    """The paper's matching: trunk blocks + every head block (DeepSeek depths too) = model.n_layers."""
+    model = build_model(layers=8, compute_match="blocks", **head)
+    table = parameter_table(model)
+    assert (table["blocks_trunk"], table["blocks_head"], table["blocks_total"]) == (trunk, head_blocks, 8)
+    assert len(model.trunk.blocks) == trunk
+    assert len(blocks_reached(model, [1.0] * model.k)) == block_modules  # measured: the whole objective reaches them
+
+
 @pytest.mark.parametrize(
     "head,trunk_layers,path_blocks,total_blocks",
     [
@@ -375,33 +403,48 @@ def test_head_init_options(head):
         (dict(name="anticausal", k=3), 1, 3, 3),
         (dict(name="anticausal", k=2, n_layers=1), 2, 2, 2),
         (dict(name="deepseek", k=3, depth=2), 4, 0, 2),
-        (dict(name="deepseek", k=3, depth=2, share_depth_weights=True), 4, 0, 1),
+        (dict(name="deepseek", k=3, depth=2, share_depth_weights=True), 4, 0, 2),
     ],
 )
-def test_compute_matched_next_token_path_has_model_depth(head, trunk_layers, path_blocks, total_blocks):
-    model = build_model(layers=4, **head)
+def test_compute_match_next_token_path_has_model_depth(head, trunk_layers, path_blocks, total_blocks):
+    model = build_model(layers=4, compute_match="next_token_path", **head)
     table = parameter_table(model)
-    assert (table["trunk_layers"], table["head_blocks_on_next_token_path"], table["head_blocks_total"]) == (
+    assert (table["blocks_trunk"], table["blocks_next_token_path"] - table["blocks_trunk"], table["blocks_head"]) == (
         trunk_layers,
         path_blocks,
         total_blocks,
     )
-    assert table["trunk_layers"] + table["head_blocks_on_next_token_path"] == 4
+    assert table["blocks_next_token_path"] == 4
     # measured: the horizon-1 loss reaches exactly model.n_layers transformer blocks
-    loss_and_grads(model, packed_batch(), [1.0] + [0.0] * (model.k - 1))
-    reached = [m for m in model.modules() if isinstance(m, Block) and any(p.grad is not None and p.grad.abs().max() > 0 for p in m.parameters())]
-    assert len(reached) == 4
+    assert len(blocks_reached(model, [1.0] + [0.0] * (model.k - 1))) == 4
     # without compute matching the trunk keeps every layer
-    unmatched = build_model(layers=4, compute_matched=False, **head)
-    assert parameter_table(unmatched)["trunk_layers"] == 4
+    unmatched = build_model(layers=4, compute_match="none", **head)
+    assert parameter_table(unmatched)["blocks_trunk"] == 4
 
 
-@pytest.mark.parametrize("head", [dict(name="anticausal", k=4), dict(name="parallel", k=2, n_layers=4), dict(name="causal", k=2, n_layers=5)])
-def test_compute_matched_without_a_trunk_layer_raises(head):
+def test_parallel_k4_over_8_layers_acceptance_numbers():
+    """The issue's acceptance: 4 trunk + 4 head blocks (blocks), 7 + 4 (next_token_path), ntp 8."""
+    blocks = parameter_table(build_model("parallel", 4, layers=8, compute_match="blocks"))
+    path = parameter_table(build_model("parallel", 4, layers=8, compute_match="next_token_path"))
+    ntp = parameter_table(build_model("ntp", 1, layers=8, compute_match="blocks"))
+    assert (blocks["blocks_trunk"], blocks["blocks_head"]) == (4, 4)
+    assert (path["blocks_trunk"], path["blocks_head"]) == (7, 4)
+    assert (ntp["blocks_trunk"], ntp["blocks_head"]) == (8, 0)
+    assert blocks["params_total"] == ntp["params_total"]  # shared unembedding: the same parameters
+
+
+@pytest.mark.parametrize(
+    "head,match",
+    [(dict(name="anticausal", k=4), "next_token_path"), (dict(name="parallel", k=2, n_layers=4), "next_token_path"),
+     (dict(name="causal", k=2, n_layers=5), "next_token_path"), (dict(name="parallel", k=4), "blocks"),
+     (dict(name="deepseek", k=5, depth=4), "blocks")],
+)
+def test_compute_match_without_a_trunk_layer_raises(head, match):
     with pytest.raises(ConfigError) as error:
-        build_model(layers=4, **head)
-    assert error.value.field == "head.compute_matched"
-    build_model(layers=4, compute_matched=False, **head)  # fine when not matched
+        build_model(layers=4, compute_match=match, **head)
+    assert error.value.field == "head.compute_match"
+    assert "model.n_layers=4" in error.value.message and "head.k=" in error.value.message
+    build_model(layers=4, compute_match="none", **head)  # fine when not matched
 
 
 @pytest.mark.parametrize(
@@ -418,6 +461,7 @@ def test_compute_matched_without_a_trunk_layer_raises(head):
         (dict(name="nope", k=1), "head.name"),
         (dict(name="parallel", k=2, init="zeros"), "head.init"),
         (dict(name="parallel", k=2, trunk_grad="frozen"), "head.trunk_grad"),
+        (dict(name="parallel", k=2, compute_match="layers"), "head.compute_match"),
     ],
 )
 def test_bad_head_config_raises_naming_the_field(head, field):
@@ -433,7 +477,7 @@ def test_unknown_head_class_lists_the_allowed_names():
 
 
 def test_deepseek_k_follows_from_depth_when_k_is_unset():
-    model = MTPModel(model_config(), head_config({"name": "deepseek", "k": None, "depth": 3}))
+    model = MTPModel(model_config(), head_config({"name": "deepseek", "k": None, "depth": 3, "compute_match": "none"}))
     assert model.k == 4 and len(model(packed_batch())) == 4
 
 

@@ -10,7 +10,7 @@ from tests.cli import TINY, lab_train, read_run
 def test_reduction_multirun_logs_coefficients_and_effective_weights(tmp_path, cache_dir):
     sweep = tmp_path / "sweep"
     result = lab_train(
-        "-m", *TINY, "reduction=sum,global,head_mean,deepseek_paper", "head=parallel", "head.k=4", "model.n_layers=4",
+        "-m", *TINY, "reduction=sum,global,head_mean,deepseek_paper", "head=parallel", "head.k=4", "model.n_layers=5",
         "trainer.max_steps=3", f"hydra.sweep.dir={sweep}", cache_dir=cache_dir, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]

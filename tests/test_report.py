@@ -20,6 +20,14 @@ from lab.report.records import (
 from lab.report.table import sweep_dimensions, variants
 
 HEADS = {"ntp": 1, "parallel": 4, "deepseek": 4}
+# parallel: +2 % parameters, +4 % FLOPs (within 5 %); deepseek: +20 % parameters, +10 % FLOPs.
+COSTS = {
+    head: {"params_total": params, "blocks_trunk": trunk, "blocks_head": 6 - trunk, "blocks_next_token_path": path,
+           "train_flops_per_token": flops, "train_tokens_per_s": 1000.0, "train_time_s": 8.0}
+    for head, params, trunk, path, flops in (
+        ("ntp", 1_000_000, 6, 6, 10_000_000), ("parallel", 1_020_000, 2, 3, 10_400_000), ("deepseek", 1_200_000, 3, 3, 11_000_000),
+    )
+}
 
 
 def fake_job(sweep: Path, job: int, head: str, seed: int, status: str = "ok", error: str | None = None, shift: float = 0.0) -> Path:
@@ -54,7 +62,7 @@ def fake_job(sweep: Path, job: int, head: str, seed: int, status: str = "ok", er
     payload = {
         "status": status, "error": error, "overrides": overrides, "final_metrics": final, "run_time_s": 10.0 + job,
         "manifest": {"head": head, "k": k, "reduction": "head_mean", "weights": {"name": "uniform"}, "schedule": "sequential"},
-        "config": {"seed": seed, "sweep_name": "fake_sweep"}, "parameters": {"trunk_layers": 3},
+        "config": {"seed": seed, "sweep_name": "fake_sweep"}, "cost": COSTS[head],
     }
     (run_dir / "run.json").write_text(json.dumps(payload))
     return run_dir
@@ -230,3 +238,19 @@ def test_lab_report_cli_rebuilds(fake_sweep):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "9 ok, 1 failed" in result.stdout
     assert not math.isnan(float(next(csv.DictReader((fake_sweep / "runs.csv").open()))["val/loss"]))
+
+
+def test_cost_table_and_matching_findings(fake_sweep):
+    build_sweep_report(fake_sweep)
+    md = (fake_sweep / "report.md").read_text()
+    assert "| head=parallel | 1.020 M | 2 / 4 / 3 | 10.400 M | 1000 | 8.0 |" in md
+    assert "| head=ntp | 1.000 M | 6 / 0 / 6 | 10.000 M |" in md
+    assert ("Variants differ by more than 5% in parameters from head=ntp (1.000 M): head=deepseek 1.200 M (+20.0%)"
+            " — their losses compare models of different size.") in md
+    assert ("Variants differ by more than 5% in training FLOPs per token from head=ntp (10.000 M): head=deepseek 11.000 M (+10.0%)"
+            " — their losses compare models of different compute.") in md
+    assert "head=parallel 1.020 M" not in md  # within 5 %: not named
+    rows = list(csv.DictReader((fake_sweep / "runs.csv").open()))
+    assert [float(r["params_total"]) for r in rows[:3]] == [1_000_000] * 3 and rows[3]["blocks_trunk"] == "2"
+    html = (fake_sweep / "report.html").read_text()
+    assert "Cost per variant" in html and "1.200 M" in html

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import pytorch_lightning as pl
 import torch
 
@@ -49,6 +50,18 @@ class RandomProbe(pl.Callback):
         pl_module.log_dict(draws, on_step=True, on_epoch=False, batch_size=1)
 
 
+class RankProbe(pl.Callback):
+    """Rank r draws r + 1 numbers from each global RNG per step (so the ranks' streams differ, as with
+    dropout on different shapes); rank 0 logs every rank's first draws, gathered."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        draws = [(torch.rand(()).item(), float(np.random.rand()), random.random()) for _ in range(trainer.global_rank + 1)]
+        gathered = pl_module.all_gather(torch.tensor(draws[0], dtype=torch.float64))  # [world, 3]
+        for rank, row in enumerate(gathered.reshape(-1, 3).tolist()):
+            for source, value in zip(("torch", "numpy", "python"), row):
+                pl_module.log(f"probe/rank{rank}/{source}", value, on_step=True, on_epoch=False, batch_size=1, rank_zero_only=True)
+
+
 def write_corpus(path: Path) -> Path:
     """~40 one-line documents: about 13 packed rows of 32 tokens, i.e. 3 batches of 4 per epoch."""
     path.write_text("".join(f"doc {i:02d} says {'abcdefgh'[i % 8] * (2 + i % 4)}\n" for i in range(40)))
@@ -67,9 +80,36 @@ def job(corpus: Path, run_dir: Path) -> list[str]:
 
 def start_train(*overrides: str, cache_dir: Path, cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
+    # Own session: a kill reaches every rank Lightning started (killpg).
     return subprocess.Popen(
-        [sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
     )
+
+
+def run_and_kill(job_a: list[str], job_b: list[str], marker: Path, cache_dir: Path, cwd: Path) -> None:
+    """Run A to the end; SIGKILL run B (every process of it) once its step-KILL_AT checkpoint is on disk."""
+    a = start_train(*job_a, cache_dir=cache_dir, cwd=cwd)
+    b = start_train(
+        *job_b, "+callbacks.stall._target_=tests.test_resume.StallAfterStep",
+        f"+callbacks.stall.step={KILL_AT}", f"+callbacks.stall.marker={marker}", cache_dir=cache_dir, cwd=cwd,
+    )
+    try:
+        deadline = time.monotonic() + 400
+        while not marker.exists():
+            assert b.poll() is None, f"run B ended before its checkpoint: {b.stderr.read()[-3000:]}"
+            assert time.monotonic() < deadline, "run B never reached its step-4 checkpoint"
+            time.sleep(0.2)
+        os.killpg(b.pid, signal.SIGKILL)  # a hard kill, not a clean stop
+        assert b.wait(timeout=60) == -signal.SIGKILL
+        assert a.wait(timeout=400) == 0, a.stderr.read()[-3000:]
+    finally:
+        for process in (a, b):
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
 
 
 def train_rows(run_dir: Path) -> dict[int, dict]:
@@ -82,25 +122,7 @@ def test_killed_run_resumes_bitwise(tmp_path, cache_dir, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # run B imports StallAfterStep from this file
     corpus = write_corpus(tmp_path / "corpus.txt")
     run_a, run_b, marker = tmp_path / "a", tmp_path / "b", tmp_path / "stalled"
-    a = start_train(*job(corpus, run_a), cache_dir=cache_dir, cwd=tmp_path)
-    b = start_train(
-        *job(corpus, run_b), "+callbacks.stall._target_=tests.test_resume.StallAfterStep",
-        f"+callbacks.stall.step={KILL_AT}", f"+callbacks.stall.marker={marker}", cache_dir=cache_dir, cwd=tmp_path,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        while not marker.exists():
-            assert b.poll() is None, f"run B ended before its checkpoint: {b.stderr.read()[-3000:]}"
-            assert time.monotonic() < deadline, "run B never reached its step-4 checkpoint"
-            time.sleep(0.2)
-        b.send_signal(signal.SIGKILL)  # a hard kill, not a clean stop
-        assert b.wait(timeout=60) == -signal.SIGKILL
-        assert a.wait(timeout=240) == 0, a.stderr.read()[-3000:]
-    finally:
-        for process in (a, b):
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+    run_and_kill(job(corpus, run_a), job(corpus, run_b), marker, cache_dir, tmp_path)
     before = torch.load(run_b / "checkpoints" / "last.ckpt", weights_only=True)
     assert before["global_step"] == KILL_AT and not (run_b / "run.json").exists()
 
@@ -134,3 +156,31 @@ def test_killed_run_resumes_bitwise(tmp_path, cache_dir, monkeypatch):
     assert final_a["lr_schedulers"] == final_c["lr_schedulers"]
     assert final_a["mtp_state"]["consumed_tokens"] == final_c["mtp_state"]["consumed_tokens"]
     assert not list((run_b / "checkpoints").glob("*.partial"))  # no temp file left behind
+
+
+@pytest.mark.slow
+def test_killed_ddp_run_resumes_like_an_uninterrupted_one(tmp_path, cache_dir, monkeypatch):
+    """2-process DDP (gloo): every rank's RNG streams, losses, λ and weights continue exactly after a kill."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    run_a, run_b, marker = tmp_path / "a", tmp_path / "b", tmp_path / "stalled"
+    ddp = ["trainer=ddp_cpu", "+callbacks.rank_probe._target_=tests.test_resume.RankProbe"]
+    run_and_kill([*job(corpus, run_a), *ddp], [*job(corpus, run_b), *ddp], marker, cache_dir, tmp_path)
+    saved = torch.load(run_b / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == KILL_AT and len(saved["mtp_state"]["rng_by_rank"]) == 2
+
+    resumed = lab_train(*job(corpus, run_b), *ddp, "ckpt_path=last", cache_dir=cache_dir, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows_a, rows_c = train_rows(run_a), train_rows(run_b)
+    assert sorted(rows_a) == sorted(rows_c) == list(range(STEPS))
+    probes = [f"probe/rank{r}/{s}" for r in (0, 1) for s in ("torch", "numpy", "python")]
+    for step in range(STEPS):
+        for name in ("train/loss", "train/loss/h2", "train/lambda/h2", *probes):
+            assert rows_c[step][name] == rows_a[step][name], (step, name, rows_c[step][name], rows_a[step][name])
+    assert rows_a[KILL_AT]["probe/rank0/torch"] != rows_a[KILL_AT]["probe/rank1/torch"]  # the ranks' streams differ
+    final_a = torch.load(run_a / "checkpoints" / "last.ckpt", weights_only=True)
+    final_c = torch.load(run_b / "checkpoints" / "last.ckpt", weights_only=True)
+    for key, tensor in final_a["state_dict"].items():
+        assert torch.equal(tensor, final_c["state_dict"][key]), key
+    for rank in (0, 1):
+        assert torch.equal(final_a["mtp_state"]["rng_by_rank"][rank]["torch"], final_c["mtp_state"]["rng_by_rank"][rank]["torch"])

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
 from lab.errors import ConfigError
+from lab.model.mtp import parameter_table
 from lab.module import MTPLitModule
 from lab.train import CONF_DIR
 from tests.cli import TINY, lab_train, read_run
@@ -148,6 +149,7 @@ def test_every_experiment_job_composes_and_builds(name):
     """Each job of each experiment sweep composes, passes the start-up checks and builds its model."""
     text = (Path(CONF_DIR).parent / "experiments" / f"{name}.yaml").read_text().splitlines()
     assert text[0] == "# @package _global_" and text[1] == f"# lab-train experiment={name}"
+    seen = set()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         for overrides in sweep_jobs(name):
             # narrow models keep this fast; depth, K and every structural choice are the experiment's own
@@ -160,6 +162,13 @@ def test_every_experiment_job_composes_and_builds(name):
             parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("head", "reduction", "weights", "schedule", "optim")}
             module = MTPLitModule(model=model, total_steps=int(cfg.trainer.max_steps), **parts)
             check_horizons_fit(module.model.k, cfg.data.seq_len)
+            job = json.dumps({key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("data", "model", "head", "reduction", "weights", "schedule")}, sort_keys=True)
+            assert job not in seen, f"{name}: {overrides} repeats another job's configuration"
+            seen.add(job)
+            table = parameter_table(module.model)
+            if name in ("quick_ablation", "head_ablation"):  # the paper's compute matching, ≥ 2 trunk blocks everywhere
+                assert table["compute_match"] == "blocks" and table["blocks_total"] == cfg.model.n_layers, (overrides, table)
+                assert table["blocks_trunk"] >= 2, (overrides, table)
             if name == "quick_ablation":
                 assert module.model.k == (1 if cfg.head.name == "ntp" else 4)
 

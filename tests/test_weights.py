@@ -97,17 +97,41 @@ def test_deepseek_switches_exactly_at_switch_tokens():
     assert schedule.lambdas(at(tokens=1001)).tolist() == [1.0, 0.1]
 
 
-def test_deepseek_defaults_to_the_paper_switch_at_ten_trillion_tokens():
+def test_deepseek_defaults_to_the_paper_proportion_of_training():
+    # 10T of 14.8T tokens = 67.6 %: over 1000 steps, steps 0..675 use 0.3 and 676.. use 0.1.
     schedule = build_weight_schedule("deepseek", 2)
-    assert schedule.lambdas(at(tokens=10**13 - 1)).tolist() == [1.0, 0.3]
-    assert schedule.lambdas(at(tokens=10**13)).tolist() == [1.0, 0.1]
+    assert schedule.switch_at == 0.676 and schedule.switch_tokens is None
+    assert schedule.lambdas(at(675, total=1000)).tolist() == [1.0, 0.3]
+    assert schedule.lambdas(at(676, total=1000)).tolist() == [1.0, 0.1]
+    # Over 600 steps: 0.676 · 600 = 405.6, so step 405 is before the switch and 406 after it.
+    assert schedule.lambdas(at(405, total=600)).tolist() == [1.0, 0.3]
+    assert schedule.lambdas(at(406, total=600)).tolist() == [1.0, 0.1]
+    # The fraction ignores tokens.
+    assert schedule.lambdas(at(0, tokens=10**15, total=1000)).tolist() == [1.0, 0.3]
+
+
+def test_deepseek_switch_at_a_chosen_fraction():
+    assert lambdas("deepseek", 2, at(4, total=10), switch_at=0.5) == [1.0, 0.3]
+    assert lambdas("deepseek", 2, at(5, total=10), switch_at=0.5) == [1.0, 0.1]
+    assert lambdas("deepseek", 2, at(0, total=10), switch_at=0.0) == [1.0, 0.1]
+    assert lambdas("deepseek", 2, at(10, total=10), switch_at=1.0) == [1.0, 0.1]  # only past the end
+
+
+def test_deepseek_switch_tokens_takes_precedence_over_the_fraction():
+    schedule = build_weight_schedule("deepseek", 2, switch_at=0.0, switch_tokens=1000)
+    assert schedule.lambdas(at(9, tokens=999, total=10)).tolist() == [1.0, 0.3]
+    assert schedule.lambdas(at(0, tokens=1000, total=10)).tolist() == [1.0, 0.1]
 
 
 def test_deepseek_switch_zero_uses_final_from_the_start():
     assert lambdas("deepseek", 2, at(tokens=0), switch_tokens=0, initial=0.5, final=0.2) == [1.0, 0.2]
 
 
-@pytest.mark.parametrize(("option", "bad"), [("switch_tokens", -1), ("switch_tokens", 2.5), ("initial", -0.1), ("final", float("nan"))])
+@pytest.mark.parametrize(
+    ("option", "bad"),
+    [("switch_tokens", -1), ("switch_tokens", 2.5), ("switch_at", 1.5), ("switch_at", -0.1), ("switch_at", None), ("switch_at", "x"),
+     ("initial", -0.1), ("final", float("nan"))],
+)
 def test_deepseek_rejects_bad_options(option, bad):
     with pytest.raises(ConfigError, match=rf"^weights\.{option}: "):
         build_weight_schedule("deepseek", 3, **{option: bad})
@@ -125,29 +149,38 @@ def test_deepseek_schedule_with_paper_policy_is_the_paper_objective():
 # ------------------------------------------------------------------ linear decay, anneal
 
 
-def test_linear_decay_goes_from_start_to_end_over_total_steps():
-    assert lambdas("linear_decay", 3, at(0)) == [1.0, 1.0, 1.0]
-    assert lambdas("linear_decay", 3, at(4)) == pytest.approx([1.0, 0.6, 0.6], rel=1e-15)
-    assert lambdas("linear_decay", 3, at(10)) == [1.0, 0.0, 0.0]
-    assert lambdas("linear_decay", 3, at(12)) == [1.0, 0.0, 0.0]  # past the end: held at `end`
+def test_linear_decay_goes_from_start_at_step_0_to_end_at_the_last_step():
+    # 11 steps, 0..10: weight = 1 - step/10.
+    assert lambdas("linear_decay", 3, at(0, total=11)) == [1.0, 1.0, 1.0]
+    assert lambdas("linear_decay", 3, at(4, total=11)) == pytest.approx([1.0, 0.6, 0.6], rel=1e-15)
+    assert lambdas("linear_decay", 3, at(10, total=11)) == [1.0, 0.0, 0.0]  # the last step
+    assert lambdas("linear_decay", 3, at(12, total=11)) == [1.0, 0.0, 0.0]  # past the end: held at `end`
 
 
 def test_linear_decay_custom_endpoints():
-    # 0.5 + (0.1 - 0.5) · 5/10 = 0.3
-    assert lambdas("linear_decay", 2, at(5), start=0.5, end=0.1) == pytest.approx([1.0, 0.3], rel=1e-15)
+    # 5 steps, 0..4: 0.5 + (0.1 - 0.5) · 2/4 = 0.3 at step 2, 0.1 at step 4.
+    assert lambdas("linear_decay", 2, at(2, total=5), start=0.5, end=0.1) == pytest.approx([1.0, 0.3], rel=1e-15)
+    assert lambdas("linear_decay", 2, at(4, total=5), start=0.5, end=0.1) == [1.0, 0.1]
 
 
-def test_anneal_is_a_cosine_to_zero():
-    assert lambdas("anneal", 2, at(0, total=3)) == [1.0, 1.0]
+def test_single_step_runs_use_the_start_value():
+    assert lambdas("linear_decay", 2, at(0, total=1), start=0.5, end=0.1) == [1.0, 0.5]
+    assert lambdas("anneal", 2, at(0, total=1), start=0.4) == [1.0, 0.4]
+
+
+def test_anneal_is_a_cosine_to_zero_at_the_last_step():
+    # 4 steps, 0..3: f = step/3.
+    assert lambdas("anneal", 2, at(0, total=4)) == [1.0, 1.0]
     # (1 + cos(π/3)) / 2 = 3/4
-    assert lambdas("anneal", 2, at(1, total=3)) == pytest.approx([1.0, 0.75], rel=1e-15)
-    # (1 + cos(π/2)) / 2 = 1/2
-    assert lambdas("anneal", 3, at(5, total=10)) == pytest.approx([1.0, 0.5, 0.5], rel=1e-15)
-    assert lambdas("anneal", 2, at(3, total=3)) == [1.0, 0.0]
+    assert lambdas("anneal", 2, at(1, total=4)) == pytest.approx([1.0, 0.75], rel=1e-15)
+    # 11 steps: f = 5/10, (1 + cos(π/2)) / 2 = 1/2
+    assert lambdas("anneal", 3, at(5, total=11)) == pytest.approx([1.0, 0.5, 0.5], rel=1e-15)
+    assert lambdas("anneal", 2, at(3, total=4)) == [1.0, 0.0]  # the last step, exactly 0
+    assert lambdas("anneal", 2, at(7, total=4)) == [1.0, 0.0]
 
 
 def test_anneal_start_is_configurable():
-    assert lambdas("anneal", 2, at(1, total=3), start=0.4) == pytest.approx([1.0, 0.3], rel=1e-15)
+    assert lambdas("anneal", 2, at(1, total=4), start=0.4) == pytest.approx([1.0, 0.3], rel=1e-15)
 
 
 # ------------------------------------------------------------------ curricula

@@ -139,7 +139,8 @@ def main(argv=None) -> None:
     # The real default config (conf/train.yaml) with this benchmark's head, λ and sizes.
     datamodule, module = build(compose(
         "seed=0", "data.max_docs=50", f"data.seq_len={seq_len}", f"data.batch_size={batch_size}", f"model.d_model={d_model}",
-        f"head={args.head}", f"head.k={args.k}", "weights=geometric", f"trainer.max_steps={len(bench.plan)}",
+        f"head={args.head}", f"head.k={args.k}", "head.compute_match=next_token_path",  # as measured: 4 blocks on the next-token path
+        "weights=geometric", f"trainer.max_steps={len(bench.plan)}",
     ))
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_steps=len(bench.plan), max_epochs=-1, logger=False,
@@ -147,7 +148,7 @@ def main(argv=None) -> None:
         num_sanity_val_steps=0, limit_val_batches=0, deterministic=True, callbacks=[diagnostics, bench],
     )
     print(
-        f"diagnostics_overhead: {args.head} K={args.k}, d_model {d_model}, 4 layers (compute-matched), vocab 259, "
+        f"diagnostics_overhead: {args.head} K={args.k}, d_model {d_model}, 4 layers (compute_match=next_token_path), vocab 259, "
         f"batch {batch_size} x seq {seq_len}, schedule sequential, default groups, {torch.get_num_threads()} threads; "
         f"{len(bench.plan)} steps: 1 warm-up block round, {pairs} step pairs, {rounds} block rounds"
     )

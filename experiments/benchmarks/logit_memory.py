@@ -99,7 +99,7 @@ def measure_memory(model, schedule, batch) -> dict:
 def run_config(vocab: int, k: int, args) -> list[dict]:
     torch.manual_seed(0)
     model_cfg = {"vocab_size": vocab, "d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads}
-    model = build_model(model_cfg, {"name": "parallel", "k": k, "compute_matched": False})
+    model = build_model(model_cfg, {"name": "parallel", "k": k, "compute_match": "none"})
     batch = random_batch(vocab, args.batch, args.seq, torch.Generator().manual_seed(vocab + k))
     schedules = {name: build_backward_schedule(name, args.chunk_rows) for name in SCHEDULES}
     timings: dict[str, Timing] = interleave(
@@ -178,7 +178,7 @@ def main(argv=None) -> None:
     args.d_model, args.n_layers, args.n_heads, args.chunk_rows = 64, 2, 4, 256
 
     print(
-        f"logit_memory: parallel head (compute_matched=False), d_model {args.d_model}, trunk {args.n_layers} layers, "
+        f"logit_memory: parallel head (compute_match=none), d_model {args.d_model}, trunk {args.n_layers} layers, "
         f"{args.n_heads} attention heads, batch {args.batch} x seq {args.seq}, chunk_rows {args.chunk_rows}, "
         f"float32, {torch.get_num_threads()} threads, {args.repeats} interleaved repeats per schedule"
     )

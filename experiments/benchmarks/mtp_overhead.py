@@ -1,6 +1,6 @@
 """MTP step-time overhead: parallel heads (K = 2, 4) over the next-token baseline.
 
-Same total depth: `model.n_layers` = 4 and `compute_matched` = True, so ntp has 4
+Same next-token depth: `model.n_layers` = 4 and `compute_match` = next_token_path, so ntp has 4
 trunk blocks and parallel K has 3 trunk blocks + K one-block heads (4 blocks on the
 horizon-1 path). One step = forward + `sequential` schedule run + backward + AdamW step
 (reduction head_mean, uniform λ). Variants are interleaved on the same batch each round.
@@ -29,8 +29,8 @@ from lab.data import LMDataModule
 from lab.model.mtp import build_model, parameter_table
 from lab.objective import build_backward_schedule, coefficients
 
-VARIANTS = {"ntp": {"name": "ntp", "k": 1}, "parallel K=2": {"name": "parallel", "k": 2},
-            "parallel K=4": {"name": "parallel", "k": 4}}
+VARIANTS = {"ntp": {"name": "ntp", "k": 1}, "parallel K=2": {"name": "parallel", "k": 2, "compute_match": "next_token_path"},
+            "parallel K=4": {"name": "parallel", "k": 4, "compute_match": "next_token_path"}}
 
 
 class Variant:
@@ -100,7 +100,7 @@ def main(argv=None) -> None:
             params = parameter_table(trainer.model)
             ratio = timings[name].median / timings["ntp"].median
             ratios[(label, name)] = ratio
-            blocks = f"{params['trunk_layers']}+{params['head_blocks_total']}"
+            blocks = f"{params['blocks_trunk']}+{params['blocks_head']}"
             paired = paired_ratio(timings[name], timings["ntp"]).describe()
             rows.append([label, shape, name, blocks, params["params_total"], timings[name].ms(), f"{ratio:.3f}", paired])
     headers = ["config", "B x S", "variant", "blocks trunk+head", "params", "ms/step median [IQR]", "vs ntp",

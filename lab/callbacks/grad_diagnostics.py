@@ -1,33 +1,44 @@
 """Per-horizon gradient diagnostics: norms, K×K cosines, shared-parameter contributions.
 
 Every `every_n_steps` optimizer steps (steps 0, n, 2n, ...) the callback measures, for
-every horizon k, the gradient of that horizon's term of the objective, c_k·S_k (the step's
-own coefficients: same reduction, λ schedule and count scope), on the step's own batch and
+every horizon k, the gradient of that horizon's own loss L_k = S_k / N_k (its mean
+cross-entropy over the global batch's valid rows; M7.4 §0x04B), on the step's own batch and
 pre-step weights, in
 
 - `leaf` space: w.r.t. the trunk output hidden state [B, S, d] (what the heads consume);
 - named parameter groups: w.r.t. the Parameters matched by name patterns (below);
 - the shared embedding and unembedding Parameters (always).
 
+The step itself optimises Σ_k c_k S_k (c_k from the reduction, λ schedule and count scope),
+so horizon k's term in the step's gradient is w_k ∇L_k with w_k = c_k N_k (the λ-weighted
+gradient). Cosines do not depend on w_k, but they stay defined where w_k = 0 (a curriculum
+starts with λ_k = 0 for distant horizons): the raw gradient of L_k is measured, the weighted
+one is derived from it.
+
 Logged names (DESIGN §7), K = number of horizons, i < j:
 
-    grad/norm/h{k}                     ‖g_k‖ at the trunk output (leaf space)
-    grad/cos/h{i}_h{j}                 cosine of g_i, g_j at the trunk output
-    grad/norm/{group}/h{k}             ‖g_k‖ on the group's Parameters (all of them, concatenated)
+    grad/norm/h{k}                     ‖∇L_k‖ at the trunk output (leaf space), raw
+    grad/norm_weighted/h{k}            ‖w_k ∇L_k‖: horizon k's share of the step's gradient
+    grad/cos/h{i}_h{j}                 cosine of ∇L_i, ∇L_j at the trunk output
+    grad/norm/{group}/h{k}             ‖∇L_k‖ on the group's Parameters (all of them, concatenated)
+    grad/norm_weighted/{group}/h{k}    the same, λ-weighted
     grad/cos/{group}/h{i}_h{j}         cosine on the group's Parameters
-    grad/shared/embed/h{k}             ‖g_k‖ on the input embedding `trunk.embed.weight`
-    grad/shared/unembed/h{k}           ‖g_k‖ on the shared unembedding `trunk.unembedding`
+    grad/shared/embed/h{k}             ‖∇L_k‖ on the input embedding `trunk.embed.weight`
+    grad/shared/unembed/h{k}           ‖∇L_k‖ on the shared unembedding `trunk.unembedding`
                                        (with tied embeddings this is the *same* Parameter as the
                                        embedding, so both names carry the same number: the
                                        horizon's whole gradient on the tied matrix, lookup and
                                        projection uses together)
-    grad/trunk_ratio/extra_over_main   ‖Σ_{k≥2} g_k‖ / ‖g_1‖ at the trunk output (K ≥ 2)
+    grad/shared_weighted/{embed,unembed}/h{k}   the same two, λ-weighted
+    grad/trunk_ratio/extra_over_main   ‖Σ_{k≥2} w_k ∇L_k‖ / ‖w_1 ∇L_1‖ at the trunk output (K ≥ 2):
+                                       how much of the step's trunk gradient the extra horizons send
 
-A cosine with a zero-norm side (an empty horizon, or `head.trunk_grad=detached`, where
-horizons ≥ 2 send nothing to the trunk) is NaN. The gradients are those of the objective the
-step optimises, so Σ_k g_k equals the step's own gradient (before clipping); under DDP they
-are summed over ranks first (parameter groups: the gradient vectors; leaf space: the Gram
-matrix, since each rank's rows are different rows).
+A cosine is NaN only where a gradient is zero: an empty horizon (N_k = 0), or
+`head.trunk_grad=detached` at the trunk output (horizons ≥ 2 send nothing to the trunk).
+Σ_k w_k ∇L_k equals the step's own gradient (before clipping). Under DDP, L_k uses the global
+N_k and the gradients are summed over ranks first (parameter groups: the gradient vectors;
+leaf space: the Gram matrix, since each rank's rows are different rows); with
+`count_scope=local` each rank weighs its rows with its own w_k, as the step does.
 
 Parameter groups: `groups` maps a group name to one pattern or a list of patterns, matched
 with `fnmatch.fnmatchcase` (shell-style `*`, `?`, `[...]`; `*` also crosses dots) against the
@@ -42,7 +53,7 @@ How, and why the training trajectory is untouched: the measurement runs *inside*
 training step, on the step's own forward graph. `lab.step.train_step` calls every probe
 in `pl_module.step_probes` (a declared `StepProbe` hook) after the forward and the
 coefficients, before the backward schedule; on a due step `on_train_batch_start` has hooked the trunk to remember its
-output. The probe recomputes each horizon's c_k·S_k from the attached rows and takes one
+output. The probe recomputes each horizon's L_k from the attached rows and takes one
 `torch.autograd.grad(..., retain_graph=True)` per horizon w.r.t. the trunk output and the
 requested Parameters. `autograd.grad` returns gradients without writing any `.grad` and
 without running gradient-accumulation (or DDP) hooks; saved tensors are only read; the
@@ -121,7 +132,7 @@ def resolve_groups(model, groups: dict | None) -> dict[str, list[tuple[str, torc
 # ---- per-horizon gradients --------------------------------------------------------------
 @dataclass
 class HorizonGradients:
-    """Per-horizon gradients of c_k·S_k: K entries each."""
+    """Per-horizon gradients of scale_k·S_k: K entries each."""
 
     leaf: list[torch.Tensor]  # K × [B, S, d] at the trunk output
     params: dict[str, list[torch.Tensor]] = field(default_factory=dict)  # parameter name -> K × param-shaped
@@ -138,16 +149,18 @@ class TrunkCapture:
         self.output = output
 
 
-def horizon_gradients(horizons, hidden: torch.Tensor, coeffs, params: dict[str, torch.nn.Parameter]) -> HorizonGradients:
-    """Per-horizon gradients of c_k·S_k w.r.t. `hidden` (the trunk output) and `params`, on an existing graph.
+def horizon_gradients(horizons, hidden: torch.Tensor, scales, params: dict[str, torch.nn.Parameter]) -> HorizonGradients:
+    """Per-horizon gradients of scale_k·S_k w.r.t. `hidden` (the trunk output) and `params`, on an existing graph.
 
-    One `torch.autograd.grad` per horizon with `retain_graph=True`: nothing is written to
+    With scale_k = 1/N_k this is the gradient of the horizon's own loss L_k; with the step's
+    coefficients it is the horizon's term of the step's objective. One
+    `torch.autograd.grad` per horizon with `retain_graph=True`: nothing is written to
     `.grad` and the graph stays usable for the step's own backward. autograd runs only the
     paths to the requested tensors (input-gradient paths, plus weight gradients where a
     requested Parameter sits). A horizon that does not reach a tensor (e.g. detached heads
     and the trunk output) gets zeros.
     """
-    coeffs = torch.as_tensor(coeffs).detach()
+    scales = torch.as_tensor(scales).detach()
     names = list(params)
     inputs = [hidden] + [params[n] for n in names]
     leaf_grads, param_grads = [], {n: [] for n in names}
@@ -155,7 +168,7 @@ def horizon_gradients(horizons, hidden: torch.Tensor, coeffs, params: dict[str, 
         for k, horizon in enumerate(horizons):
             rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
             loss_sum, _ = horizon_loss(rows, labels, horizon)
-            term = coeffs[k].to(loss_sum.dtype) * loss_sum
+            term = scales[k].to(loss_sum.dtype) * loss_sum
             grads = torch.autograd.grad(term, inputs, retain_graph=True, allow_unused=True) if term.requires_grad else [None] * len(inputs)
             leaf_grads.append(torch.zeros_like(hidden) if grads[0] is None else grads[0].detach())  # [B, S, d]
             for n, g in zip(names, grads[1:]):
@@ -164,10 +177,10 @@ def horizon_gradients(horizons, hidden: torch.Tensor, coeffs, params: dict[str, 
     return HorizonGradients(leaf_grads, param_grads, counts)
 
 
-def per_horizon_gradients(model, batch: dict, coeffs, params: dict[str, torch.nn.Parameter]) -> HorizonGradients:
+def per_horizon_gradients(model, batch: dict, scales, params: dict[str, torch.nn.Parameter]) -> HorizonGradients:
     """`horizon_gradients` on a fresh forward of `model` (for tests and offline use)."""
     horizons, trunk_hidden = forward_capturing_trunk(model, batch)
-    return horizon_gradients(horizons, trunk_hidden, coeffs, params)
+    return horizon_gradients(horizons, trunk_hidden, scales, params)
 
 
 def forward_capturing_trunk(model, batch: dict):
@@ -210,11 +223,13 @@ def extra_over_main(g: torch.Tensor) -> torch.Tensor:
 
 def metric_names(k: int, groups) -> list[str]:
     """Every name the callback logs for K horizons and the given group names."""
-    pairs = [(i, j) for i in range(1, k + 1) for j in range(i + 1, k + 1)]
-    names = [f"grad/norm/h{h}" for h in range(1, k + 1)] + [f"grad/cos/h{i}_h{j}" for i, j in pairs]
-    for group in groups:
-        names += [f"grad/norm/{group}/h{h}" for h in range(1, k + 1)] + [f"grad/cos/{group}/h{i}_h{j}" for i, j in pairs]
-    names += [f"grad/shared/{part}/h{h}" for part in ("embed", "unembed") for h in range(1, k + 1)]
+    horizons = range(1, k + 1)
+    pairs = [(i, j) for i in horizons for j in range(i + 1, k + 1)]
+    names = []
+    for prefix in [""] + [f"{group}/" for group in groups]:
+        names += [f"grad/{norm}/{prefix}h{h}" for norm in ("norm", "norm_weighted") for h in horizons]
+        names += [f"grad/cos/{prefix}h{i}_h{j}" for i, j in pairs]
+    names += [f"grad/{shared}/{part}/h{h}" for shared in ("shared", "shared_weighted") for part in ("embed", "unembed") for h in horizons]
     return names + (["grad/trunk_ratio/extra_over_main"] if k >= 2 else [])
 
 
@@ -316,27 +331,39 @@ class GradDiagnostics(pl.Callback):
     def summarise(self, pl_module, horizons, hidden, step_coeffs: torch.Tensor, step: int) -> Snapshot:
         """Per-horizon gradients -> norms, cosines, shares; `step_coeffs` as the step applies them on this rank."""
         model = pl_module.model
-        coeffs = step_coeffs / pl_module.world_size  # summed over ranks = the gradient DDP's average applies
-        result = horizon_gradients(horizons, hidden, coeffs, self.targets(model))
+        counts = pl_module.all_reduce_sum(local_counts(horizons))  # [K] global N_k
+        inverse_counts = torch.where(counts > 0, 1.0 / counts.clamp_min(1), torch.zeros_like(counts))  # L_k = S_k / N_k
+        # This rank's term of the step (DDP averages over ranks): (c_k / W) S_k = w_k L_k, w_k = c_k N_k / W.
+        weights = step_coeffs.double().to(counts.device) / pl_module.world_size * counts  # [K]
+        result = horizon_gradients(horizons, hidden, inverse_counts, self.targets(model))
         k = len(result.leaf)
-        spaces = {"leaf": pl_module.all_reduce_sum(gram(result.leaf))}
+        leaf_gram = gram(result.leaf)  # [K, K] this rank's rows
+        raw = {"leaf": pl_module.all_reduce_sum(leaf_gram)}
+        weighted = {"leaf": pl_module.all_reduce_sum(leaf_gram * weights[:, None] * weights[None, :])}
         summed = {name: [pl_module.all_reduce_sum(g) for g in grads] for name, grads in result.params.items()}
+        summed_weighted = {
+            name: [pl_module.all_reduce_sum(g * weights[h].to(g.dtype)) for h, g in enumerate(grads)] for name, grads in result.params.items()
+        }
         del result
         for group, members in self.groups.items():
-            spaces[group] = gram([torch.cat([summed[name][h].reshape(-1) for name, _ in members]) for h in range(k)])
+            raw[group] = gram([torch.cat([summed[name][h].reshape(-1) for name, _ in members]) for h in range(k)])
+            weighted[group] = gram([torch.cat([summed_weighted[name][h].reshape(-1) for name, _ in members]) for h in range(k)])
         metrics, cosines = {}, {}
-        for space, g in spaces.items():
+        for space, g in raw.items():
             norms, cos = norms_and_cosines(g.cpu())
+            weighted_norms = weighted[space].diagonal().clamp_min(0).sqrt().cpu()
             cosines[space] = cos
             prefix = "" if space == "leaf" else f"{space}/"
             for i in range(k):
                 metrics[f"grad/norm/{prefix}h{i + 1}"] = float(norms[i])
+                metrics[f"grad/norm_weighted/{prefix}h{i + 1}"] = float(weighted_norms[i])
                 for j in range(i + 1, k):
                     metrics[f"grad/cos/{prefix}h{i + 1}_h{j + 1}"] = float(cos[i, j])
         for part, param in (("embed", model.trunk.embed.weight), ("unembed", model.trunk.unembedding)):
-            grads = summed[parameter_name(model, param)]
+            name = parameter_name(model, param)
             for i in range(k):
-                metrics[f"grad/shared/{part}/h{i + 1}"] = float(grads[i].double().norm())
+                metrics[f"grad/shared/{part}/h{i + 1}"] = float(summed[name][i].double().norm())
+                metrics[f"grad/shared_weighted/{part}/h{i + 1}"] = float(summed_weighted[name][i].double().norm())
         if k >= 2:
-            metrics["grad/trunk_ratio/extra_over_main"] = float(extra_over_main(spaces["leaf"].cpu()))
+            metrics["grad/trunk_ratio/extra_over_main"] = float(extra_over_main(weighted["leaf"].cpu()))
         return Snapshot(step, metrics, cosines)

@@ -1,4 +1,19 @@
-"""Per-horizon loss, accuracy, counts, weights (train) and loss, accuracy, bpb, chain acceptance (val)."""
+"""Per-horizon loss, accuracy, counts, weights (train) and loss, accuracy, bits, chain acceptance (val).
+
+Bits, over the horizon-1 (next-token) predictions of the validation set, every valid
+target included (EOS too: the model must predict where a document ends):
+
+    val/bits_per_token = Σ CE / ln 2 / (number of targets)
+    val/bpb            = Σ CE / ln 2 / (Σ bytes of the targets)
+
+A target's bytes are its token's UTF-8 bytes, and 1 for EOS (the document terminator), so
+both metrics cover exactly the predictions in `val/loss`. `val/bpb` is logged only when the
+datamodule provides `target_byte_lengths` ([V], see LMDataModule); without it only
+`val/bits_per_token` is. With the byte tokenizer the two are equal.
+
+Under DDP, sums and counts are all-reduced; the validation sampler hands every row to
+exactly one rank, so nothing is counted twice.
+"""
 
 from __future__ import annotations
 
@@ -38,6 +53,7 @@ class HorizonMetrics(pl.Callback):
     def __init__(self, log_every_n_steps: int = 1):
         self.log_every_n_steps = log_every_n_steps  # further thinning: only steps with global_step % n == 0
         self._val: dict[str, torch.Tensor] = {}
+        self._target_bytes: torch.Tensor | None = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if not logs_this_step(trainer):
@@ -53,32 +69,30 @@ class HorizonMetrics(pl.Callback):
             metrics[f"train/count/h{k}"] = counts[i]
             metrics[f"train/weight_eff/h{k}"] = step.effective_weights[i]
             metrics[f"train/lambda/h{k}"] = step.lambdas[i]
-            metrics[f"train/coef/h{k}"] = step.coefficients[i]
+            metrics[f"train/coef/h{k}"] = step.coefficients[i]  # this rank's (differs per rank under count_scope=local)
             if step.correct is not None:
                 metrics[f"train/acc/h{k}"] = step.correct[i] / counts[i].clamp_min(1)
         pl_module.log_dict({name: value.float() for name, value in metrics.items()}, on_step=True, on_epoch=False, batch_size=1)
 
     def on_validation_epoch_start(self, trainer, pl_module):
         self._val = {}
+        byte_lengths = getattr(trainer.datamodule, "target_byte_lengths", None) if trainer.datamodule is not None else None
+        self._target_bytes = None if byte_lengths is None else byte_lengths.to(pl_module.device)  # [V]
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         stats = outputs["stats"]
         accepted, prefix_ok = chain_acceptance_counts(stats.row_correct, [h.mask for h in outputs["horizons"]])
-        first = outputs["horizons"][0]
-        byte_lengths = getattr(trainer.datamodule, "token_byte_lengths", None) if trainer.datamodule is not None else None
-        label_bytes = (
-            byte_lengths.to(first.labels.device)[first.labels[first.mask]].sum().double()
-            if byte_lengths is not None
-            else stats.counts[0].double()
-        )
         update = {
             "sums": stats.loss_sums.double(),
             "counts": stats.counts.double(),
             "correct": stats.correct.double(),
             "accepted": accepted,
             "prefix_ok": prefix_ok,
-            "bytes": label_bytes.reshape(1).cpu(),
         }
+        if self._target_bytes is not None:
+            first = outputs["horizons"][0]
+            targets = first.labels[first.mask]  # [N_1] the next-token targets that count
+            update["bytes"] = self._target_bytes[targets].sum().double().reshape(1)
         for name, value in update.items():
             self._val[name] = self._val.get(name, 0) + value.cpu()
 
@@ -89,7 +103,10 @@ class HorizonMetrics(pl.Callback):
         losses = ratio(total["sums"], total["counts"])
         accuracy = ratio(total["correct"], total["counts"])
         chain = ratio(total["accepted"], total["prefix_ok"])
-        metrics = {"val/loss": losses[0], "val/bpb": total["sums"][0] / math.log(2) / total["bytes"][0].clamp_min(1)}
+        bits = total["sums"][0] / math.log(2)
+        metrics = {"val/loss": losses[0], "val/bits_per_token": ratio(bits, total["counts"][0])}
+        if "bytes" in total:
+            metrics["val/bpb"] = ratio(bits, total["bytes"][0])
         for k in range(1, losses.numel() + 1):
             metrics[f"val/loss/h{k}"] = losses[k - 1]
             metrics[f"val/acc/h{k}"] = accuracy[k - 1]

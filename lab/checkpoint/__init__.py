@@ -24,10 +24,10 @@ from lab.checkpoint.manifest import (
     plain,
     tokenizer_payload,
 )
-from lab.checkpoint.rng import collect_rng_states, restore_rng_states
+from lab.checkpoint.rng import collect_rng_states, collect_rng_states_of_every_rank, restore_rng_states, rng_states_for_rank
 
 __all__ = [
     "CHECKED_FIELDS", "MANIFEST_FORMAT", "PACKING", "alias_key_groups", "build_manifest", "check_state_aliases",
-    "check_state_keys", "collect_rng_states", "compare_manifests", "content_digest", "first_difference", "horizon_map",
-    "load_checkpoint", "plain", "restore_rng_states", "tokenizer_payload", "validate_checkpoint", "verify_restored",
+    "check_state_keys", "collect_rng_states", "collect_rng_states_of_every_rank", "compare_manifests", "content_digest", "first_difference", "horizon_map",
+    "load_checkpoint", "plain", "restore_rng_states", "rng_states_for_rank", "tokenizer_payload", "validate_checkpoint", "verify_restored",
 ]

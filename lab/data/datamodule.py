@@ -27,7 +27,9 @@ import numpy as np
 import pyarrow.compute as pc
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from filelock import FileLock
+from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader
 
 from lab.data.packing import check_seq_len, tokenize_documents, unigram_entropy_bits_from_counts
@@ -205,7 +207,26 @@ class LMDataModule(pl.LightningDataModule):
         return self._loader(self.train_rows, sampler=sampler, drop_last=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_rows, sampler=None, drop_last=False)
+        return self._loader(self.val_rows, sampler=self._validation_sampler(), drop_last=False)
+
+    def _validation_sampler(self) -> UnrepeatedDistributedSampler | None:
+        """Under DDP each rank validates rows rank, rank + W, …: every row exactly once.
+
+        Lightning's default DistributedSampler pads the set with repeated rows when the rows
+        don't divide by the world size; the per-horizon sums are all-reduced afterwards, so a
+        repeat would be counted twice. Being a DistributedSampler, this one is kept as is.
+        A streamed validation set (`data.streaming=true`) takes no sampler; StreamingRows hands
+        every rank all of it (not yet split by rank: under DDP its sums count once per rank).
+        """
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1 or self.config.streaming:
+            return None  # sequential
+        world = dist.get_world_size()
+        require(
+            len(self.val_rows) >= world,
+            "data.max_val_rows",
+            f"validation packs into {len(self.val_rows)} rows, fewer than the {world} ranks; every rank needs ≥ 1 row",
+        )
+        return UnrepeatedDistributedSampler(self.val_rows, num_replicas=world, rank=dist.get_rank(), shuffle=False)
 
     def _loader(self, rows, *, sampler, drop_last) -> DataLoader:
         workers = self.config.num_workers
@@ -302,8 +323,23 @@ class LMDataModule(pl.LightningDataModule):
 
     @property
     def token_byte_lengths(self) -> torch.Tensor:
-        """[vocab_size] long: UTF-8 bytes per token id (0 for specials), for bits-per-byte metrics."""
+        """[vocab_size] long: UTF-8 bytes per token id (0 for specials)."""
         return torch.from_numpy(self.tokenizer.token_byte_lengths())
+
+    @property
+    def target_byte_lengths(self) -> torch.Tensor | None:
+        """[vocab_size] long: the bytes a predicted token stands for in `val/bpb` (see horizon_metrics).
+
+        UTF-8 bytes per id, and 1 for EOS: a document's end is predicted (its loss is in
+        `val/loss`) and counts as one terminator byte, so the numerator and the denominator
+        of bits per byte cover the same predictions.
+        """
+        lengths = self.tokenizer.token_byte_lengths()
+        if lengths is None:  # a tokenizer that cannot say: `val/bits_per_token` only
+            return None
+        lengths = torch.from_numpy(lengths).clone()
+        lengths[self.tokenizer.eos_id] = 1
+        return lengths
 
     @property
     def tokenizer(self) -> Tokenizer:

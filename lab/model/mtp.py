@@ -14,16 +14,29 @@ from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class, head_c
 from lab.model.trunk import ModelConfig, Trunk
 
 
+# Head blocks that take the place of trunk blocks, by `head.compute_match` (DESIGN.md §4).
+COMPUTE_MATCH_REMOVES = {
+    # the paper's: trunk blocks + every head block (DeepSeek depth blocks too) = model.n_layers
+    "blocks": lambda head, cfg: head.head_blocks(cfg),
+    # only the horizon-1 path (trunk + its head blocks) keeps model.n_layers
+    "next_token_path": lambda head, cfg: head.main_path_blocks(cfg),
+    # the heads are added on top of an unchanged trunk
+    "none": lambda head, cfg: 0,
+}
+
+
 def trunk_layers(model_cfg: ModelConfig, head_cfg: HeadConfig) -> int:
-    """Compute matching: the horizon-1 path (trunk + head blocks) keeps the ntp baseline's depth."""
-    if not head_cfg.compute_matched:
-        return model_cfg.n_layers
-    n = model_cfg.n_layers - head_class(head_cfg.name).main_path_blocks(head_cfg)
+    """Trunk blocks under `head.compute_match`; refuses a model left without a trunk block."""
+    removed = COMPUTE_MATCH_REMOVES[head_cfg.compute_match](head_class(head_cfg.name), head_cfg)
+    n = model_cfg.n_layers - removed
     require(
         n >= 1,
-        "head.compute_matched",
-        f"leaves {n} trunk layers (model.n_layers={model_cfg.n_layers} minus {model_cfg.n_layers - n} head blocks on the "
-        "next-token path); need ≥ 1: raise model.n_layers or set head.compute_matched=false",
+        "head.compute_match",
+        f"{head_cfg.compute_match} leaves {n} trunk blocks (model.n_layers={model_cfg.n_layers} minus {removed} head blocks "
+        f"of head={head_cfg.name} head.k={head_cfg.k} "
+        + (f"head.depth={depth}" if (depth := getattr(head_cfg, "depth", None)) is not None else f"head.n_layers={head_cfg.n_layers}")
+        + "); need ≥ 1: raise model.n_layers "
+        "or set head.compute_match to " + " or ".join(m for m in COMPUTE_MATCH_REMOVES if m != head_cfg.compute_match),
     )
     return n
 
@@ -104,19 +117,25 @@ def check_alias_contract(model: MTPModel) -> None:
 
 
 def parameter_table(model: MTPModel) -> dict:
-    """Parameter counts by owner: trunk, head-private, shared (embedding, final norm, unembedding)."""
+    """Transformer blocks by place, and parameter counts by owner: trunk, head-private, shared
+    (embedding, final norm, unembedding). `blocks_head` counts block applications per token
+    (DeepSeek depths that share weights still run D blocks)."""
     shared_ids = {id(p) for p in (model.trunk.embed.weight, model.trunk.final_norm.weight, model.trunk.unembedding)}
     count = lambda params: sum(p.numel() for p in params)  # noqa: E731
     trunk_blocks = [p for p in model.trunk.blocks.parameters()]
     head_private = [p for p in model.head.parameters() if id(p) not in shared_ids]
     shared = [p for p in model.parameters() if id(p) in shared_ids]
-    main_path = head_class(model.head_cfg.name).main_path_blocks(model.head_cfg)
+    head = head_class(model.head_cfg.name)
+    blocks_trunk = len(model.trunk.blocks)
+    blocks_head = head.head_blocks(model.head_cfg)
     return {
         "head": model.head_cfg.name,
         "k": model.k,
-        "trunk_layers": len(model.trunk.blocks),
-        "head_blocks_on_next_token_path": main_path,
-        "head_blocks_total": sum(isinstance(m, type(model.trunk.blocks[0])) for m in model.head.modules()),
+        "compute_match": model.head_cfg.compute_match,
+        "blocks_trunk": blocks_trunk,
+        "blocks_head": blocks_head,
+        "blocks_total": blocks_trunk + blocks_head,
+        "blocks_next_token_path": blocks_trunk + head.main_path_blocks(model.head_cfg),
         "params_trunk": count(trunk_blocks),
         "params_head_private": count(head_private),
         "params_shared": count(shared),

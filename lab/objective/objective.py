@@ -79,6 +79,15 @@ class StepCoefficients:
     def effective_weights(self) -> Tensor:
         return effective_weights(self.coefficients, self.counts)
 
+    def loss_shares(self, local_counts: Tensor) -> Tensor:
+        """[K] share of the optimised loss per horizon over all ranks: Σ_r c_k^r N_k^r / Σ_r Σ_j c_j^r N_j^r.
+
+        With global counts every rank has the same c_k and this is `effective_weights`; with local
+        counts each rank weighs its own rows with its own coefficients.
+        """
+        mass = all_reduce_sum(self.coefficients * local_counts.to(self.coefficients))  # [K]
+        return effective_weights(mass, torch.ones_like(mass))
+
 
 class Objective:
     def __init__(self, reduction: ReductionConfig, schedule: ScheduleConfig, weight_schedule: WeightSchedule):

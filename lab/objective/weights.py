@@ -38,9 +38,16 @@ class Progress:
         require(self.consumed_tokens >= 0, "progress.consumed_tokens", f"must be ≥ 0, got {self.consumed_tokens}")
 
     @property
-    def fraction(self) -> float:
-        """step / total_steps clipped to [0, 1] (a run may step past its nominal end)."""
-        return min(self.step, self.total_steps) / self.total_steps
+    def last_step_fraction(self) -> float:
+        """step / (total_steps - 1) clipped to [0, 1]: 0 at the first step, 1 at the last one.
+
+        Steps are 0-based, so a run of `total_steps` steps ends at step total_steps - 1; an
+        interpolating schedule reaches its end value there. A 1-step run has only step 0,
+        which counts as the start (the extra heads still train).
+        """
+        if self.total_steps == 1:
+            return 0.0
+        return min(self.step, self.total_steps - 1) / (self.total_steps - 1)
 
 
 # ---------------------------------------------------------------- validation helpers
@@ -168,22 +175,42 @@ class Medusa(WeightSchedule):
 class DeepSeek(WeightSchedule):
     """DeepSeek-V3: L = L_main + (λ/D) Σ_d L_mtp(d), D = K - 1 extra depths.
 
-    λ = `initial` while consumed_tokens < switch_tokens, then `final`. The default
-    switch is the paper's 10T tokens; small runs set their own.
+    λ = `initial` before the switch, `final` from it on. The paper switches after 10T of
+    its 14.8T training tokens, i.e. at 67.6 % of training. The switch is given either
+
+    - as a fraction of training, `switch_at` (default 0.676, the paper's proportion):
+      steps with step / total_steps < switch_at use `initial` (with a fixed batch size,
+      steps are proportional to training tokens); or
+    - in consumed (active, all ranks) tokens, `switch_tokens`: `initial` while
+      consumed_tokens < switch_tokens. When set, it takes precedence over `switch_at`.
     """
 
     initial: float = 0.3
     final: float = 0.1
-    switch_tokens: int = 10_000_000_000_000
+    switch_at: float | None = 0.676
+    switch_tokens: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "initial", _non_negative(self.initial, "weights.initial"))
         object.__setattr__(self, "final", _non_negative(self.final, "weights.final"))
-        object.__setattr__(self, "switch_tokens", _token_count(self.switch_tokens, "weights.switch_tokens"))
+        if self.switch_tokens is not None:
+            object.__setattr__(self, "switch_tokens", _token_count(self.switch_tokens, "weights.switch_tokens"))
+            return
+        require(self.switch_at is not None, "weights.switch_at", "set a fraction of training in [0, 1] or weights.switch_tokens")
+        switch_at = _number(self.switch_at, "weights.switch_at")
+        require(0 <= switch_at <= 1, "weights.switch_at", f"must be a fraction of training in [0, 1], got {self.switch_at!r}")
+        object.__setattr__(self, "switch_at", switch_at)
+
+    def switched(self, progress: Progress) -> bool:
+        if self.switch_tokens is not None:
+            return progress.consumed_tokens >= self.switch_tokens
+        # step / total_steps (not step < switch_at · total_steps): an integer ratio rounds to
+        # the same double as the decimal literal, so 676/1000 switches exactly at 0.676.
+        return progress.step / progress.total_steps >= self.switch_at
 
     def mtp_weight(self, progress: Progress) -> float:
-        return self.initial if progress.consumed_tokens < self.switch_tokens else self.final
+        return self.final if self.switched(progress) else self.initial
 
     def lambdas(self, progress: Progress) -> Tensor:
         depths = self.k - 1
@@ -193,7 +220,8 @@ class DeepSeek(WeightSchedule):
 
 @dataclass(frozen=True)
 class LinearDecay(WeightSchedule):
-    """Extra-horizon weight goes linearly from `start` (step 0) to `end` (step total_steps)."""
+    """Extra-horizon weight goes linearly from `start` at step 0 to `end` at the last step
+    (total_steps - 1), and stays at `end` past it."""
 
     start: float = 1.0
     end: float = 0.0
@@ -204,15 +232,17 @@ class LinearDecay(WeightSchedule):
         object.__setattr__(self, "end", _non_negative(self.end, "weights.end"))
 
     def lambdas(self, progress: Progress) -> Tensor:
-        weight = self.start + (self.end - self.start) * progress.fraction
+        f = progress.last_step_fraction
+        # (1 - f)·start + f·end rather than start + f·(end - start): exact at both ends.
+        weight = (1.0 - f) * self.start + f * self.end
         return _main_then_extra(self.k, [weight] * (self.k - 1))
 
 
 @dataclass(frozen=True)
 class Anneal(WeightSchedule):
-    """Extra-horizon weight follows a cosine from `start` at step 0 to 0 at total_steps:
-    start · (1 + cos(π · step/total_steps)) / 2 (MTP as an auxiliary objective that
-    hands over to pure next-token training by the end).
+    """Extra-horizon weight follows a cosine from `start` at step 0 to 0 at the last step:
+    start · (1 + cos(π · f)) / 2, f = step / (total_steps - 1) (MTP as an auxiliary
+    objective that hands over to pure next-token training by the end).
     """
 
     start: float = 1.0
@@ -222,7 +252,8 @@ class Anneal(WeightSchedule):
         object.__setattr__(self, "start", _non_negative(self.start, "weights.start"))
 
     def lambdas(self, progress: Progress) -> Tensor:
-        weight = self.start * 0.5 * (1.0 + math.cos(math.pi * progress.fraction))
+        # cos(π) = -1 exactly in floating point, so the last step's weight is exactly 0.
+        weight = self.start * 0.5 * (1.0 + math.cos(math.pi * progress.last_step_fraction))
         return _main_then_extra(self.k, [weight] * (self.k - 1))
 
 

@@ -12,7 +12,9 @@ A record is a dict with a fixed shape, whatever its source:
     head, k, reduction, weights, schedule, seed   from the run manifest / config
     final       dict  final metrics {name: float} (empty for a failed job)
     history     dict  {metric: [(step, value), ...]} from metrics.csv / wandb history
-    parameters  dict  parameter table of the model (may be empty)
+    parameters  dict  parameter table of the model (may be empty; runs before `cost` existed)
+    cost        dict  run.json `cost`: params_total, blocks_trunk / blocks_head / blocks_next_token_path,
+                      train_flops_per_token, measured train_tokens_per_s, train_time_s (may be empty)
 
 The conversion from wandb's public-API run objects is a pure function of plain dicts
 (`record_from_wandb`) so it can be tested without a network.
@@ -105,7 +107,7 @@ def empty_record() -> dict:
     return {
         "job": None, "name": "", "run_dir": "", "overrides": [], "status": "failed", "error": None,
         "run_time_s": None, "head": None, "k": None, "reduction": None, "weights": None,
-        "schedule": None, "seed": None, "final": {}, "history": {}, "parameters": {},
+        "schedule": None, "seed": None, "final": {}, "history": {}, "parameters": {}, "cost": {},
     }
 
 
@@ -153,6 +155,7 @@ def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
     record["run_time_s"] = to_float(payload.get("run_time_s"))
     record["final"] = {name: float(value) for name, value in (payload.get("final_metrics") or {}).items() if to_float(value) is not None}
     record["parameters"] = payload.get("parameters") or {}
+    record["cost"] = payload.get("cost") or {}
     manifest = payload.get("manifest") or {}
     config = payload.get("config") or {}
     record.update(fields_from(manifest, config))
@@ -224,6 +227,7 @@ def record_from_wandb(run: dict, job: int) -> dict:
     record["name"] = str(run.get("name") or run.get("id") or f"run{job}")
     manifest = config.get("manifest") or {}
     record.update(fields_from(manifest, config))
+    record["cost"] = dict(config.get("cost") or {})  # logged as a hyperparameter by lab-train
     overrides = config.get("overrides")
     record["overrides"] = [str(o) for o in overrides] if overrides else synthesized_overrides(record)
     status = summary.get("status")

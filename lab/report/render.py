@@ -77,10 +77,62 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
         accs = [f"{v.label}: h{v.max_k} {v.stat(f'val/acc/h{v.max_k}')[0]:.3f}" for v in multi if v.stat(f"val/acc/h{v.max_k}")[0] is not None]
         if accs:
             out.append("Top-1 accuracy at the farthest horizon: " + "; ".join(accs) + ".")
+    out += cost_findings(variants)
     if sweep.failed:
         dims = sweep_dimensions(sweep.records)
         out.append(f"{len(sweep.failed)} job(s) failed: " + "; ".join(f"job {r['job']} ({shown_overrides(r, dims)}): {r['error']}" for r in sweep.failed) + ".")
     return out
+
+
+COST_TOLERANCE = 0.05  # a finding names variants whose parameters or FLOPs differ from the reference by more
+
+
+def cost_reference(variants: list[Variant], name: str) -> tuple[Variant, float] | None:
+    """The ntp baseline's value when the sweep has one, else the smallest."""
+    known = [(v, v.cost(name)) for v in sorted(variants, key=order_key) if v.cost(name)]
+    if len(known) < 2:
+        return None
+    return next(((v, x) for v, x in known if v.head == "ntp"), min(known, key=lambda item: item[1]))
+
+
+def cost_findings(variants: list[Variant]) -> list[str]:
+    """Whether the variants are matched in parameters and training FLOPs per token (±5 %)."""
+    out = []
+    for name, what, show, differ in (
+        ("params_total", "parameters", millions, "size"), ("train_flops_per_token", "training FLOPs per token", millions, "compute"),
+    ):
+        reference = cost_reference(variants, name)
+        if reference is None:
+            continue
+        base, value = reference
+        off = [(v, v.cost(name)) for v in sorted(variants, key=order_key) if v.cost(name) and abs(v.cost(name) / value - 1) > COST_TOLERANCE]
+        if off:
+            out.append(f"Variants differ by more than {COST_TOLERANCE:.0%} in {what} from {base.label} ({show(value)}): "
+                       + "; ".join(f"{v.label} {show(x)} ({x / value - 1:+.1%})" for v, x in off)
+                       + f" — their losses compare models of different {differ}.")
+        else:
+            out.append(f"All variants are within {COST_TOLERANCE:.0%} of {base.label} in {what} ({show(value)}).")
+    return out
+
+
+def millions(value: float | None) -> str:
+    return "—" if value is None else f"{value / 1e6:.3f} M"
+
+
+def cost_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
+    """Per variant: parameters, transformer blocks, training FLOPs per token, measured throughput and time."""
+    header = ["variant", "params", "blocks trunk / head / next-token path", "train FLOPs/token", "tokens/s (train steps)",
+              "train time (s)", "run time (s)"]
+    rows = []
+    for v in sorted(variants, key=order_key):
+        blocks = [v.cost(name) for name in ("blocks_trunk", "blocks_head", "blocks_next_token_path")]
+        run_time = mean_spread([r["run_time_s"] for r in v.ok if r["run_time_s"] is not None])[0]
+        rows.append([
+            v.label, millions(v.cost("params_total")),
+            " / ".join("—" if b is None else f"{b:g}" for b in blocks), millions(v.cost("train_flops_per_token")),
+            fmt(v.cost("train_tokens_per_s"), 0), fmt(v.cost("train_time_s"), 1), fmt(run_time, 1),
+        ])
+    return header, rows
 
 
 def run_table(sweep: Sweep, variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
@@ -144,6 +196,7 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[tuple[str, str
     lines = [f"# Sweep report: {sweep.name}", "", *summary_lines(sweep, variants), "", "## Findings", ""]
     lines += [f"- {line}" for line in findings(sweep, variants)] or ["- no completed runs"]
     lines += ["", "## Variants (mean ± sd over seeds)", "", *md_table(*variant_table(variants))]
+    lines += ["", "## Cost per variant (mean over seeds)", "", *md_table(*cost_table(variants))]
     decoding = decoding_table(variants)
     if decoding is not None:
         lines += ["", "## Decoding (live, end of training)", "", DECODING_NOTE, "", *md_table(*decoding)]
@@ -195,6 +248,7 @@ def html_page(sweep: Sweep, variants: list[Variant], figures: list[tuple[str, st
     parts += ["</ul>", "<h2>Findings</h2>", "<ul>"]
     parts += [f"<li>{inline_md(line)}</li>" for line in findings(sweep, variants)] or ["<li>no completed runs</li>"]
     parts += ["</ul>", "<h2>Variants (mean ± sd over seeds)</h2>", html_table(*variant_table(variants))]
+    parts += ["<h2>Cost per variant (mean over seeds)</h2>", html_table(*cost_table(variants))]
     decoding = decoding_table(variants)
     if decoding is not None:
         parts += ["<h2>Decoding (live, end of training)</h2>", f"<p>{inline_md(DECODING_NOTE)}</p>", html_table(*decoding)]

@@ -14,6 +14,11 @@ from lab.report.records import RECORD_FIELDS, finite, override_items
 SEED_KEYS = ("seed", "+seed", "++seed")
 HORIZON_METRIC = re.compile(r"^(?P<base>.+)/h(?P<k>\d+)$")
 BASE_COLUMNS = ("job", "run_dir", "overrides", "status", "error", "run_time_s", *RECORD_FIELDS, "steps_logged")
+# From run.json `cost` (lab/model/cost.py and the TokenThroughput callback's measured totals).
+COST_COLUMNS = (
+    "params_total", "blocks_trunk", "blocks_head", "blocks_next_token_path", "train_flops_per_token",
+    "train_tokens_per_s", "train_time_s",
+)
 
 
 def metric_sort_key(name: str):
@@ -49,12 +54,13 @@ def runs_csv_text(records: list[dict]) -> str:
     metrics = metric_columns(records)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([*BASE_COLUMNS, *metrics])
+    writer.writerow([*BASE_COLUMNS, *COST_COLUMNS, *metrics])
     for record in records:
         row = [
             record["job"], record["run_dir"], " ".join(record["overrides"]), record["status"], record["error"],
             None if record["run_time_s"] is None else round(record["run_time_s"], 3),
             *(record.get(name) for name in RECORD_FIELDS), steps_done(record),
+            *(record.get("cost", {}).get(name) for name in COST_COLUMNS),
         ]
         row += [record["final"].get(name) for name in metrics]
         writer.writerow([format_cell(cell) for cell in row])
@@ -107,6 +113,11 @@ class Variant:
     @property
     def k(self):
         return self.first.get("k")
+
+    def cost(self, name: str) -> float | None:
+        """Mean of one run.json `cost` entry over the variant's completed jobs (None when no job has it)."""
+        values = [r["cost"][name] for r in self.ok if finite(r.get("cost", {}).get(name))]
+        return mean_spread(values)[0]
 
     def values(self, metric: str) -> list[float]:
         return [r["final"][metric] for r in self.ok if finite(r["final"].get(metric))]

@@ -8,6 +8,10 @@ class AnticausalHead(BlockStackHead):
     def main_path_blocks(cfg):
         return cfg.k * cfg.n_layers  # horizon 1 sits at the end of the whole chain
 
+    def recomputed_blocks(self) -> int:
+        # detached: horizons ≥ 2 run f_K … f_2 again on the detached trunk state
+        return (self.k - 1) * self.cfg.n_layers if self.cfg.trunk_grad == "detached" else 0
+
     def _chain(self, source, ctx, down_to: int) -> dict:
         """Rows of horizons K .. down_to, each the previous one pushed through its own stack."""
         rows, out = source, {}

@@ -17,9 +17,11 @@ import torch.nn as nn
 
 from lab.errors import ConfigError, require
 from lab.labels import horizon_mask
+from lab.model.flops import block_forward_flops
 from lab.model.trunk import AttentionContext, Block, ModelConfig, RMSNorm
 
 UNEMBEDDINGS = ("shared", "replicated")
+COMPUTE_MATCHES = ("blocks", "next_token_path", "none")  # see lab/model/mtp.py: trunk_layers
 INITS = ("random", "copy_last_block", "copy_first_head")
 TRUNK_GRADS = ("joint", "detached")
 
@@ -32,7 +34,7 @@ class HeadConfig:
     name: str = "ntp"
     k: int | None = 1
     n_layers: int = 1  # transformer blocks per head (block heads)
-    compute_matched: bool = True
+    compute_match: str = "blocks"  # blocks | next_token_path | none
     unembedding: str = "shared"
     init: str = "random"
     trunk_grad: str = "joint"
@@ -44,6 +46,7 @@ class HeadConfig:
             ("head.unembedding", self.unembedding, UNEMBEDDINGS),
             ("head.init", self.init, INITS),
             ("head.trunk_grad", self.trunk_grad, TRUNK_GRADS),
+            ("head.compute_match", self.compute_match, COMPUTE_MATCHES),
         ):
             if value not in allowed:
                 raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
@@ -163,7 +166,16 @@ class MTPHead(nn.Module):
 
     @staticmethod
     def main_path_blocks(cfg: HeadConfig) -> int:
-        """Head blocks on the horizon-1 path; compute matching removes this many trunk layers."""
+        """Head blocks on the horizon-1 path (what `compute_match=next_token_path` takes from the trunk)."""
+        return 0
+
+    @staticmethod
+    def head_blocks(cfg: HeadConfig) -> int:
+        """Transformer blocks the head runs per token, all horizons together (`compute_match=blocks`)."""
+        return 0
+
+    def forward_flops(self, seq_len: int, model_cfg: ModelConfig) -> int:
+        """Matmul FLOPs of the head's own layers for one sequence of `seq_len` tokens (no vocabulary projection)."""
         return 0
 
     def projection(self, k: int, shared: SharedParts) -> torch.Tensor:
@@ -237,6 +249,17 @@ class BlockStackHead(MTPHead):
     @staticmethod
     def main_path_blocks(cfg: HeadConfig) -> int:
         return cfg.n_layers
+
+    @staticmethod
+    def head_blocks(cfg: HeadConfig) -> int:
+        return cfg.k * cfg.n_layers
+
+    def forward_flops(self, seq_len: int, model_cfg: ModelConfig) -> int:
+        return (self.head_blocks(self.cfg) + self.recomputed_blocks()) * block_forward_flops(model_cfg, seq_len)
+
+    def recomputed_blocks(self) -> int:
+        """Blocks run a second time on a detached trunk state (`trunk_grad=detached`); 0 by default."""
+        return 0
 
     def head_stacks(self) -> list[nn.Module]:
         return list(self.stacks)

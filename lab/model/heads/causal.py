@@ -4,6 +4,10 @@ from lab.model.heads.base import BlockStackHead, endpoint_horizon
 
 
 class CausalHead(BlockStackHead):
+    def recomputed_blocks(self) -> int:
+        # detached: f_1 runs again on the detached trunk state to start horizons ≥ 2
+        return self.cfg.n_layers if self.cfg.trunk_grad == "detached" and self.k > 1 else 0
+
     def forward(self, trunk_hidden, batch, ctx, shared):
         first = self.stacks[0](trunk_hidden, ctx)  # [B, S, d]: horizon 1 rows
         # With a detached trunk, horizons ≥ 2 restart the chain from a detached trunk state,

@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from lab.errors import ConfigError, require
 from lab.labels import chain_masks
+from lab.model.flops import block_forward_flops
 from lab.model.heads.base import HeadConfig, Horizon, MTPHead, endpoint_horizon
 from lab.model.trunk import AttentionContext, Block, RMSNorm
 
@@ -91,6 +92,16 @@ class DeepSeekHead(MTPHead):
         if name.startswith("depth_modules.") and self.cfg.share_depth_weights:
             return "all"  # one module serves every depth
         return super().horizon_of(name)
+
+    @staticmethod
+    def head_blocks(cfg) -> int:
+        # One block per depth, whether or not the depths share weights (D applications per token).
+        return cfg.depth if cfg.depth is not None else cfg.k - 1
+
+    def forward_flops(self, seq_len, model_cfg):
+        d = model_cfg.d_model
+        rows = [seq_len - depth for depth in range(1, self.depth + 1)]  # depth d runs on S-d rows
+        return sum(2 * r * (2 * d) * d + block_forward_flops(model_cfg, r) for r in rows)  # 2d→d projection + block
 
     def module_at(self, d: int) -> DepthModule:
         return self.depth_modules[0 if self.cfg.share_depth_weights else d - 1]

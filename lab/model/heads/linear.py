@@ -21,6 +21,10 @@ class LinearHead(MTPHead):
         d = model_cfg.d_model
         self.maps = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in range(cfg.k)) if cfg.unembedding == "shared" else None
 
+    def forward_flops(self, seq_len, model_cfg):
+        d = model_cfg.d_model
+        return 0 if self.maps is None else self.k * 2 * seq_len * d * d  # K d×d maps on every row
+
     def forward(self, trunk_hidden, batch, ctx, shared):
         horizons = []
         for k in range(1, self.k + 1):
@@ -34,7 +38,7 @@ class LinearHead(MTPHead):
         if self.maps is None:
             return path
         # A d×d map before the shared norm is no block: the release keeps it as a K = 1 linear head.
-        return dataclasses.replace(path, release_head={"name": "linear", "k": 1, "compute_matched": False}, kept=("maps.0.weight",))
+        return dataclasses.replace(path, release_head={"name": "linear", "k": 1, "compute_match": "none"}, kept=("maps.0.weight",))
 
     def horizon_rows(self, trunk_hidden, ctx_for):
         for k in range(1, self.k + 1):

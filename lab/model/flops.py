@@ -1,0 +1,48 @@
+"""Training FLOPs per token: the matrix-multiplication work of one forward + backward.
+
+What is counted, as the model computes it (dense over the rows each layer runs on):
+
+- a transformer block on R rows: 2·R·(4 + 2·mlp_ratio)·d² for the q/k/v, attention-output and
+  MLP matmuls, plus 2·2·R²·d for attention scores and mixing (SDPA runs over the full R×R
+  mask; causality and document boundaries are masked, not skipped);
+- the head's own layers (`MTPHead.forward_flops`): head blocks (and blocks recomputed for a
+  detached trunk), the linear head's d×d maps, DeepSeek's 2d→d projections (depth d on S-d rows);
+- the K projections to the vocabulary: horizon k's S-k rows, 2·(S-k)·d·V each.
+
+Not counted: norms, activations, softmax, cross-entropy and embedding lookups (no matmul).
+This is what `torch.utils.flop_counter.FlopCounterMode` counts on the forward (the tests check
+it). The backward is taken as 2 × the forward (input and weight gradients), so a training
+step costs 3 × the forward; per token = per sequence / seq_len. For MFU:
+`training_flops_per_token(model, S) * tokens_per_s / peak_flops_per_s`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lab.model.mtp import MTPModel
+    from lab.model.trunk import ModelConfig
+
+BACKWARD_OVER_FORWARD = 2
+
+
+def block_forward_flops(cfg: ModelConfig, rows: int) -> int:
+    """One transformer block on `rows` rows of one sequence."""
+    d = cfg.d_model
+    matmuls = 2 * rows * (4 + 2 * cfg.mlp_ratio) * d * d  # qkv 3d², out d², MLP 2·ratio·d²
+    attention = 2 * 2 * rows * rows * d  # QKᵀ and PV over every head
+    return matmuls + attention
+
+
+def forward_flops_per_sequence(model: MTPModel, seq_len: int) -> int:
+    """Forward matmul FLOPs of trunk, head and the K vocabulary projections for one sequence."""
+    cfg = model.model_cfg
+    trunk = len(model.trunk.blocks) * block_forward_flops(cfg, seq_len)
+    projections = sum(2 * (seq_len - k) * cfg.d_model * cfg.vocab_size for k in range(1, model.k + 1))  # [S-k, d] @ [d, V]
+    return trunk + model.head.forward_flops(seq_len, cfg) + projections
+
+
+def training_flops_per_token(model: MTPModel, seq_len: int) -> float:
+    """Forward + backward matmul FLOPs per token of a `seq_len`-token training sequence."""
+    return (1 + BACKWARD_OVER_FORWARD) * forward_flops_per_sequence(model, seq_len) / seq_len

@@ -4,6 +4,7 @@ import csv
 import json
 
 import pytest
+import torch
 
 from tests.cli import TINY, lab_train, read_run, wandb_history_keys
 
@@ -57,6 +58,7 @@ def test_every_head_trains_end_to_end_in_one_multirun(tmp_path, cache_dir):
         (["data=text", "data.path=/nonexistent/corpus.txt"], "data.path"),
         (["head=nope"], "head"),
         (["head=deepseek", "head.depth=2", "head.k=4"], "head.k"),
+        pytest.param(["trainer=gpu"], "trainer.accelerator", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")),
     ],
 )
 def test_bad_input_is_one_line_error(tmp_path, cache_dir, overrides, field):

@@ -5,8 +5,9 @@ BPE tokenizer's V = 50,304), sequences of 1,024 tokens, batch 8, the stdlib corp
 by LMDataModule. Variants: ntp, parallel K=4 and DeepSeek D=1 (compute-matched as
 configured by default), each eager and compiled (`lab.model.compile.compile_units`, what
 `model.compile=true` does). One step = bf16 autocast forward + backward schedule
-(`sequential`, head_mean, uniform λ) + backward + fused AdamW, as Lightning's bf16-mixed
-precision plugin runs it (float32 parameters and optimizer state). Variants are timed
+(`sequential`, head_mean, uniform λ) + backward + clipped AdamW — `lab.step.train_step`, the
+training step itself, under bf16 autocast as Lightning's bf16-mixed precision plugin runs it
+(float32 parameters and optimizer state); the saved-tensor meter is off. Variants are timed
 interleaved in rotated order after warm-up (which also triggers compilation), each step
 ending in a device synchronisation. MFU = counted training FLOPs per token
 (lab/model/flop_count.py) × tokens/s ÷ the device's bf16 peak (lab/callbacks/peak_flops.py).
@@ -24,7 +25,6 @@ from experiments.benchmarks.common import interleave, paired_ratio, table, verdi
 import argparse
 import itertools
 import time
-from contextlib import nullcontext
 
 import torch
 
@@ -32,42 +32,39 @@ from lab.callbacks.peak_flops import device_peak_name, resolve_peak_flops
 from lab.data import LMDataModule
 from lab.model.compile import compile_units
 from lab.model.flop_count import counted_training_flops_per_token
-from lab.model.heads import HeadConfig
-from lab.model.mtp import MTPModel, parameter_table
-from lab.model.trunk import ModelConfig
-from lab.objective import build_backward_schedule, coefficients
+from lab.model.mtp import build_model, parameter_table
+from lab.objective import Progress
+from lab.objective.objective import Objective
+from lab.optim import OptimConfig, build_optimizer
+from lab.step import PlainOptimization, train_step
 
-HEADS = {"ntp": dict(name="ntp", k=1), "parallel K=4": dict(name="parallel", k=4), "deepseek D=1": dict(name="deepseek", depth=1, k=None)}
+HEADS = {"ntp": {"name": "ntp"}, "parallel K=4": {"name": "parallel", "k": 4}, "deepseek D=1": {"name": "deepseek", "depth": 1}}
 FULL = dict(d_model=768, n_layers=12, n_heads=12, vocab_size=50304, seq_len=1024, batch_size=8, tokenizer="bpe")
 QUICK = dict(d_model=64, n_layers=3, n_heads=2, vocab_size=512, seq_len=64, batch_size=2, tokenizer="bpe")
 
 
 class Variant:
-    """One model + fused AdamW + sequential schedule, stepping through a shared list of batches."""
+    """One model stepping through `lab.step.train_step` (the training step itself) with torch's backward and AdamW."""
 
-    def __init__(self, model_cfg: ModelConfig, head: dict, batches: list[dict], device: torch.device, compiled: bool):
+    def __init__(self, model_cfg: dict, head: dict, batches: list[dict], device: torch.device, compiled: bool):
         torch.manual_seed(0)
-        self.model = MTPModel(model_cfg, HeadConfig(**head)).to(device)
-        self.device = device
+        self.model = build_model(model_cfg, head).to(device)
         if compiled:
             compile_units(self.model)
-        fused = device.type == "cuda"
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
-        self.schedule = build_backward_schedule("sequential")
+        self.objective = Objective.build({"policy": "head_mean"}, {"name": "uniform"}, {"name": "sequential"}, k=self.model.k)
+        optim = OptimConfig(lr=3e-4, warmup_steps=10)
+        optimizer, scheduler = build_optimizer(self.model, optim, total_steps=1000)
+        self.optimization = PlainOptimization(self.model, optimizer, scheduler, optim.grad_clip)
+        self.device = device
         self.batches = itertools.cycle(batches)
-        self.autocast = torch.autocast(device.type, dtype=torch.bfloat16)
+        self.steps = 0
 
     def step(self) -> None:
-        batch = next(self.batches)
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast:
-            horizons = self.model(batch)
-            counts = torch.stack([h.mask.sum() for h in horizons]).to(torch.float64)  # [K]
-            lambdas = torch.ones(len(horizons), dtype=torch.float64, device=self.device)
-            coeffs = coefficients("head_mean", counts, lambdas, fixed_denominator=batch["tokens"].numel())
-            root, _ = self.schedule.run(horizons, coeffs.to(torch.float32))
-            root.backward()
-        self.optimizer.step()
+        # Lightning's bf16-mixed runs the whole manual-optimisation training_step under autocast.
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            train_step(self.model, self.objective, next(self.batches), Progress(self.steps, 0, 1000), self.optimization,
+                       measure_memory=False)
+        self.steps += 1
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
@@ -98,7 +95,7 @@ def main(argv=None) -> None:
     start = time.perf_counter()
     batches = corpus_batches(shape, 4, device)
     tokens_per_step = shape["batch_size"] * shape["seq_len"]
-    model_cfg = ModelConfig(vocab_size=shape["vocab_size"], d_model=shape["d_model"], n_layers=shape["n_layers"], n_heads=shape["n_heads"])
+    model_cfg = {key: shape[key] for key in ("vocab_size", "d_model", "n_layers", "n_heads")}
     modes = ("eager",) if args.no_compile else ("eager", "compiled")
     variants = {f"{name} {mode}": Variant(model_cfg, head, batches, device, mode == "compiled") for name in HEADS for mode in modes for head in [HEADS[name]]}
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -106,7 +103,7 @@ def main(argv=None) -> None:
         f"gpu_throughput: {device_name} (peak {device_peak_name(device) or args.peak}: "
         f"{'unknown' if peak is None else f'{peak / 1e12:.1f} TFLOP/s'} bf16), d_model {shape['d_model']}, "
         f"{shape['n_layers']} layers, V={shape['vocab_size']}, batch {shape['batch_size']}x{shape['seq_len']}, bf16 autocast, "
-        f"schedule sequential, fused AdamW; {repeats} interleaved rounds after {warmup} warm-up; "
+        f"schedule sequential, AdamW; {repeats} interleaved rounds after {warmup} warm-up; "
         f"data ready in {time.perf_counter() - start:.0f} s"
     )
     timings = interleave({name: v.step for name, v in variants.items()}, repeats=repeats, warmup=warmup)

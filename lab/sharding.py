@@ -24,3 +24,21 @@ def fsdp_strategy(*, activation_checkpointing: bool = False, **options):
 
     checkpointing = {Block} if activation_checkpointing else None  # blocks only: a depth module holds one
     return FSDPStrategy(auto_wrap_policy=set(SHARDING_UNITS), activation_checkpointing_policy=checkpointing, **options)
+
+
+def clip_gradient_norm(module, optimizer, max_norm: float | None) -> None:
+    """Clip the global gradient norm to `max_norm` (None: no clipping).
+
+    Lightning's `clip_gradients` everywhere except under FSDP, whose precision plugin refuses
+    clipping by norm: there the sharded root's own `clip_grad_norm_` computes the norm over
+    all shards (torch.nn.utils.clip_grad_norm_ would see this rank's shard only).
+    """
+    if max_norm is None:
+        return
+    from pytorch_lightning.strategies import FSDPStrategy
+
+    strategy = module.trainer.strategy
+    if isinstance(strategy, FSDPStrategy):
+        strategy.model.clip_grad_norm_(max_norm)
+    else:
+        module.clip_gradients(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")

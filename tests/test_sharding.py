@@ -91,3 +91,23 @@ def test_every_transformer_block_is_one_unit_and_shared_weights_stay_in_the_root
     root_params = [n for n, p in model.named_parameters() if id(p) not in in_units]
     assert all(n.startswith(("trunk.embed", "trunk.final_norm", "trunk.unembed", "head.")) for n in root_params), root_params
     assert not any(".block." in n or ".blocks." in n for n in root_params), root_params
+
+
+def optimizer_groups(module) -> list[set[int]]:
+    optimizer = module.configure_optimizers()["optimizer"]
+    return [{id(p) for p in group["params"]} for group in optimizer.param_groups]
+
+
+def test_weight_decay_groups_survive_fsdp_flattening_parameters(cache_dir):
+    """Under FSDP (use_orig_params) configure_optimizers sees every Parameter as a 1-D shard view;
+    matrices must still decay. Flatten each Parameter's data as FSDP does and rebuild the optimizer."""
+    from lab.train import build
+    from tests.fit_helpers import compose_cfg
+
+    _, module = build(compose_cfg("head=deepseek", "head.depth=2", cache_dir=cache_dir))
+    decay, no_decay = optimizer_groups(module)
+    matrices = {id(p) for p in module.model.parameters() if p.dim() >= 2}
+    assert decay == matrices and no_decay and not decay & no_decay
+    for param in module.model.parameters():
+        param.data = param.data.reshape(-1)  # this rank's shard of the flat parameter: 1-D
+    assert optimizer_groups(module) == [decay, no_decay]

@@ -12,6 +12,10 @@ from omegaconf import DictConfig
 
 from lab.errors import ConfigError, require
 
+# Lightning's precision strings (plus its short aliases); transformer-engine needs NVIDIA's package.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
+GPU_ACCELERATORS = ("gpu", "cuda")
+
 
 def available_options(conf_dir: Path, group: str) -> list[str]:
     return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
@@ -38,6 +42,7 @@ def check_group_overrides(argv: list[str], conf_dir: Path) -> None:
 def check_run_config(cfg: DictConfig) -> None:
     """Run-level settings, before anything is built; each config group checks its own fields when built."""
     require(cfg.trainer.max_steps is not None and cfg.trainer.max_steps >= 1, "trainer.max_steps", "must be ≥ 1")
+    check_trainer(cfg.trainer)
     if cfg.ckpt_path not in (None, "last"):
         require(Path(cfg.ckpt_path).exists(), "ckpt_path", f"no such checkpoint: {cfg.ckpt_path}")
 
@@ -45,3 +50,17 @@ def check_run_config(cfg: DictConfig) -> None:
 def check_horizons_fit(k: int, seq_len: int) -> None:
     """The one check across groups: every horizon needs a target inside a row."""
     require(k < seq_len, "head.k", f"must be < data.seq_len={seq_len}, got {k}")
+
+
+def check_trainer(trainer: DictConfig) -> None:
+    """Precision and accelerator, before the Trainer would fail with a multi-line traceback."""
+    precision = str(trainer.get("precision", "32-true"))
+    require(precision in PRECISIONS, "trainer.precision", f"unknown '{precision}'; allowed: {', '.join(PRECISIONS[:6])}")
+    accelerator = str(trainer.get("accelerator", "cpu"))
+    if accelerator in GPU_ACCELERATORS:
+        import torch
+
+        require(
+            torch.cuda.is_available(), "trainer.accelerator",
+            f"'{accelerator}' needs a CUDA device and none is visible; allowed here: cpu, auto (e.g. trainer=default trainer.precision=bf16-mixed)",
+        )

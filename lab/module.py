@@ -22,10 +22,13 @@ from lab.checkpoint import (
     verify_restored,
 )
 from lab.distributed import all_reduce_sum, world_size
+from lab.errors import require
+from lab.model.compile import compile_units
 from lab.model.mtp import build_model
 from lab.objective import Progress, evaluate_horizons
 from lab.objective.objective import Objective, typed
-from lab.optim import OptimConfig, build_optimizer
+from lab.optim import OptimConfig, build_optimizer, matrix_parameters
+from lab.sharding import clip_gradient_norm
 from lab.step import StepProbe, train_step
 
 
@@ -43,7 +46,7 @@ class LightningOptimization:
         self.module.manual_backward(root)
 
     def update(self) -> None:
-        self.module.clip_gradients(self.optimizer, gradient_clip_val=self.module.optim.grad_clip, gradient_clip_algorithm="norm")
+        clip_gradient_norm(self.module, self.optimizer, self.module.optim.grad_clip)
         self.optimizer.step()
         self.module.lr_schedulers().step()
 
@@ -53,7 +56,13 @@ class MTPLitModule(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
+        model = dict(model)
+        compiled = model.pop("compile", False)  # how to run the network, not what it is: not in the manifest
+        require(isinstance(compiled, bool), "model.compile", f"must be true or false, got {compiled!r}")
         self.model = build_model(model, head)
+        if compiled:
+            compile_units(self.model)
+        self.matrix_parameters = matrix_parameters(self.model)  # before any FSDP wrapping (lab/optim.py)
         self.objective = Objective.build(reduction, weights, schedule, k=self.model.k)
         self.optim = typed(OptimConfig, optim, "optim")
         self.total_steps = total_steps
@@ -97,7 +106,7 @@ class MTPLitModule(pl.LightningModule):
 
     # ---- optimisation --------------------------------------------------------------
     def configure_optimizers(self):
-        optimizer, scheduler = build_optimizer(self.model, self.optim, self.total_steps)
+        optimizer, scheduler = build_optimizer(self.model, self.optim, self.total_steps, self.matrix_parameters)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # ---- checkpoint state ----------------------------------------------------------

@@ -22,10 +22,24 @@ class OptimConfig:
         object.__setattr__(self, "betas", tuple(self.betas))
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
-    """(AdamW, LambdaLR stepped once per optimizer step); matrices decay, vectors do not."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+def matrix_parameters(model: torch.nn.Module) -> set[int]:
+    """ids of the ≥ 2-D Parameters (the ones that decay), taken before any wrapping.
+
+    FSDP (`use_orig_params=True`, Lightning's default) keeps the Parameter objects but turns
+    each one's data into a 1-D view of this rank's shard before `configure_optimizers`
+    runs, so `p.dim()` read then would put every matrix into the no-decay group.
+    """
+    return {id(p) for p in model.parameters() if p.dim() >= 2}
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, matrices: set[int] | None = None):
+    """(AdamW, LambdaLR stepped once per optimizer step); matrices decay, vectors do not.
+
+    `matrices`: `matrix_parameters(model)` taken before the model was wrapped (default: now).
+    """
+    matrices = matrix_parameters(model) if matrices is None else matrices
+    decay = [p for p in model.parameters() if id(p) in matrices]
+    no_decay = [p for p in model.parameters() if id(p) not in matrices]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr,

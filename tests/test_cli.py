@@ -4,6 +4,7 @@ import csv
 import json
 
 import pytest
+import torch
 
 from tests.cli import TINY, lab_train, read_run, wandb_history_keys
 
@@ -72,6 +73,7 @@ def test_parameter_table_of_paper_matched_parallel_heads(tmp_path, cache_dir):
         (["data=text", "data.path=/nonexistent/corpus.txt"], "data.path"),
         (["head=nope"], "head"),
         (["head=deepseek", "head.depth=2", "head.k=4"], "head.k"),
+        pytest.param(["trainer=gpu"], "trainer.accelerator", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")),
     ],
 )
 def test_bad_input_is_one_line_error(tmp_path, cache_dir, overrides, field):

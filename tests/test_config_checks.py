@@ -36,6 +36,7 @@ def composed(overrides, cache_dir):
         (["head=parallel", "head.k=2", "weights.lambdas=[1,.nan]"], "weights.lambdas"),
         (["head=parallel", "head.k=2", "weights=geometric", "weights.gamma=0"], "weights.gamma"),
         (["schedule=chunked", "schedule.chunk_rows=0"], "schedule.chunk_rows"),
+        (["trainer.precision=fp8"], "trainer.precision"),
     ],
 )
 def test_bad_config_raises_naming_the_field(overrides, field, cache_dir):

@@ -21,7 +21,7 @@ from lab.train import CONF_DIR
 from tests.cli import TINY, lab_train, read_run
 
 FIGURES = {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "effective_weights.png", "logit_memory.png"}
-EXPERIMENTS = ("quick_ablation", "head_ablation", "reduction_ablation", "weight_ablation", "deepseek_depth", "memory")
+EXPERIMENTS = ("quick_ablation", "head_ablation", "reduction_ablation", "weight_ablation", "deepseek_depth", "memory", "scale")
 
 
 def runs_csv(sweep: Path) -> list[dict]:
@@ -154,6 +154,8 @@ def test_every_experiment_job_composes_and_builds(name):
         for overrides in sweep_jobs(name):
             # narrow models keep this fast; depth, K and every structural choice are the experiment's own
             small = ["model.d_model=32", "model.n_heads=2", "paths.output_dir=/tmp/unused"]
+            if name == "scale":
+                small.append("trainer.accelerator=cpu")  # trainer=fsdp asks for GPUs; the check for one is tested elsewhere
             cfg = compose("train", overrides=[f"experiment={name}", *overrides, *small], return_hydra_config=True)
             assert cfg.hydra.mode.name == "MULTIRUN" and cfg.sweep_name == name
             check_run_config(cfg)

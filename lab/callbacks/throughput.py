@@ -1,24 +1,41 @@
-"""Tokens per second: on Lightning's progress bar (and in every logger) between logging steps, and run totals for run.json."""
+"""Throughput on Lightning's progress bar (and in every logger and the sweep report).
+
+On Lightning's logging steps: `train/tokens_per_s` (token positions of the global batch per second
+of wall time), `train/mfu` (model FLOPs utilisation: training FLOPs per token × tokens/s ÷
+(peak FLOP/s per device × devices); logged when the peak is known, see peak_flops.py) and,
+on CUDA, `mem/cuda_peak_bytes` (torch's peak allocated bytes on this device since the last logging
+step). `summary()` gives run totals for run.json: only the training steps are timed (batch start
+to batch end), so validation and checkpoint writes don't dilute tokens/s; `fit_time_s` is the wall
+time from the first to the last training step. Steps that log nothing only read the clock.
+
+FLOPs per token come from `flops_per_token(model, seq_len)`, by default the training FLOP
+count of lab/model/flops.py (the one the cost record and the sweep report use). On CUDA the window is closed by one device synchronisation
+(once per logging interval, not per step) so queued work is timed where it ran.
+"""
+
+from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytorch_lightning as pl
+import torch
 
+from lab.callbacks.peak_flops import resolve_peak_flops
 from lab.callbacks.cadence import logs_this_step
+from lab.model.flops import training_flops_per_token
 
 
 class TokenThroughput(pl.Callback):
-    """`train/tokens_per_s` over the steps since the previous logging step; `summary()` over the whole fit.
+    """Throughput metrics on logging steps; `window` is kept for old configs (the interval is Lightning's logging interval)."""
 
-    Tokens are the token positions of the global batch (all ranks, padding included). The
-    run totals time only the training steps (batch start to batch end: forward, backward,
-    optimizer), so validation and checkpoint writes don't dilute tokens/s; `fit_time_s` is
-    the wall time from the first to the last training step, everything included. Steps that
-    log nothing only read the clock.
-    """
-
-    def __init__(self, window: int = 10):
-        self.window = window  # kept for old configs; the window is now the logging interval
+    def __init__(self, window: int = 10, peak_flops: float | str | None = "auto", flops_per_token: Callable | None = None):
+        self.window = window
+        self.peak_flops_spec = peak_flops
+        resolve_peak_flops(peak_flops, torch.device("cpu"))  # a bad value stops the run before it starts
+        self.flops_per_token_fn = flops_per_token or training_flops_per_token
+        self.peak_flops: float | None = None
+        self.flops_per_token: float | None = None
         self._start: float | None = None
         self._start_step = 0
         self._step_start = None
@@ -27,13 +44,19 @@ class TokenThroughput(pl.Callback):
         self.total_tokens = 0
         self.total_step_time_s = 0.0
 
+    def setup(self, trainer, pl_module, stage):
+        self.peak_flops = resolve_peak_flops(self.peak_flops_spec, trainer.strategy.root_device)
+
     def on_train_start(self, trainer, pl_module):
         self._start, self._start_step = None, 0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        now = time.perf_counter()
+        if self.flops_per_token is None:
+            self.flops_per_token = float(self.flops_per_token_fn(pl_module.model, batch["tokens"].shape[1]))
         if self._start is None:
-            self._start, self._start_step = now, trainer.global_step
+            self._synchronize(pl_module)
+            self._start, self._start_step = time.perf_counter(), trainer.global_step
+        now = time.perf_counter()
         if self._fit_start is None:
             self._fit_start = now
         self._step_start = now
@@ -46,9 +69,18 @@ class TokenThroughput(pl.Callback):
         self._fit_end = now
         if not logs_this_step(trainer):
             return
+        self._synchronize(pl_module)
         steps = trainer.global_step - self._start_step
-        pl_module.log("train/tokens_per_s", steps * batch_tokens / max(now - self._start, 1e-9), prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
-        self._start, self._start_step = now, trainer.global_step
+        tokens_per_s = steps * batch_tokens / max(time.perf_counter() - self._start, 1e-9)
+        metrics = {"train/tokens_per_s": tokens_per_s}
+        if self.peak_flops is not None:
+            metrics["train/mfu"] = self.flops_per_token * tokens_per_s / (self.peak_flops * trainer.world_size)
+        if pl_module.device.type == "cuda":
+            metrics["mem/cuda_peak_bytes"] = float(torch.cuda.max_memory_allocated(pl_module.device))
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+        for name, value in metrics.items():
+            pl_module.log(name, value, prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
+        self._start, self._start_step = time.perf_counter(), trainer.global_step
 
     def summary(self) -> dict:
         """Measured run totals (this process's attempt; empty before the first step)."""
@@ -60,3 +92,8 @@ class TokenThroughput(pl.Callback):
             "train_tokens_per_s": self.total_tokens / max(self.total_step_time_s, 1e-9),
             "fit_time_s": self._fit_end - self._fit_start,
         }
+
+    @staticmethod
+    def _synchronize(pl_module) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)

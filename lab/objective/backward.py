@@ -27,7 +27,7 @@ from lab.errors import ConfigError, require
 @dataclass
 class HorizonStats:
     loss_sums: torch.Tensor  # [K] detached: S_k, sum of token cross-entropies (local)
-    counts: torch.Tensor  # [K] local valid rows N_k
+    counts: torch.Tensor  # [K] int64 local valid rows N_k, on the rows' device (CPU and CUDA alike)
     correct: torch.Tensor | None  # [K] top-1 hits, None when logits never exist (chunked)
     row_correct: list[torch.Tensor] | None = None  # per horizon [B, S-k] bool (evaluation only)
     row_argmax: list[torch.Tensor] | None = None  # per horizon [B, S-k] long top-1 id, -1 on unsupervised rows (evaluation only)
@@ -72,9 +72,9 @@ class JointSchedule:
         for horizon in horizons:
             rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
             loss_sum, correct = horizon_loss(rows, labels, horizon)
-            sums.append(loss_sum), hits.append(correct), counts.append(labels.numel())
+            sums.append(loss_sum), hits.append(correct), counts.append(horizon.mask.sum())
         root = (coeffs.to(sums[0].dtype) * torch.stack(sums)).sum()
-        return root, HorizonStats(torch.stack(sums).detach(), torch.tensor(counts), torch.stack(hits))
+        return root, HorizonStats(torch.stack(sums).detach(), torch.stack(counts), torch.stack(hits))
 
 
 class SequentialSchedule(JointSchedule):
@@ -102,11 +102,11 @@ class SequentialSchedule(JointSchedule):
                 (coeffs[k].to(loss_sum.dtype) * loss_sum).backward()  # frees this horizon's logits now
             if leaf_rows.grad is not None:
                 row_terms.append((rows * leaf_rows.grad).sum())
-            sums.append(loss_sum.detach()), hits.append(correct), counts.append(labels.numel())
+            sums.append(loss_sum.detach()), hits.append(correct), counts.append(horizon.mask.sum())
         param_terms = [(param * leaf.grad).sum() for param, leaf in param_leaves.values() if leaf.grad is not None]
         root = sum(row_terms + param_terms, torch.zeros((), device=coeffs.device))
         correct = None if any(h is None for h in hits) else torch.stack(hits)
-        return root, HorizonStats(torch.stack(sums), torch.tensor(counts), correct)
+        return root, HorizonStats(torch.stack(sums), torch.stack(counts), correct)
 
 
 class ChunkedSchedule(SequentialSchedule):
@@ -150,6 +150,6 @@ def evaluate_horizons(horizons) -> HorizonStats:
         choice = torch.full_like(horizon.labels, -1)  # [B, S-k]
         choice[horizon.mask] = logits.argmax(-1)
         row_argmax.append(choice)
-        sums.append(F.cross_entropy(logits, labels, reduction="sum")), hits.append(hit.sum()), counts.append(labels.numel())
+        sums.append(F.cross_entropy(logits, labels, reduction="sum")), hits.append(hit.sum()), counts.append(horizon.mask.sum())
         row_correct.append(grid)
-    return HorizonStats(torch.stack(sums), torch.tensor(counts), torch.stack(hits), row_correct, row_argmax)
+    return HorizonStats(torch.stack(sums), torch.stack(counts), torch.stack(hits), row_correct, row_argmax)

@@ -45,7 +45,7 @@ def build_report(sweep: Sweep, out_dir: str | Path) -> Report:
     figures = write_report_figures(groups, out / FIGURES_DIR)
     md = write_text_atomic(out / "report.md", markdown(sweep, groups, figures, FIGURES_DIR))
     page = write_text_atomic(out / "report.html", html_page(sweep, groups, figures))
-    return Report(out, runs_csv, md, page, [p for _, _, p in figures if p is not None], len(sweep.completed), len(sweep.failed))
+    return Report(out, runs_csv, md, page, [f.path for f in figures if f.path is not None], len(sweep.completed), len(sweep.failed))
 
 
 def build_sweep_report(sweep_dir: str | Path) -> Report:

@@ -3,6 +3,8 @@ uninformative figures left out with a reason, failed jobs listed in the HTML (sy
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib.colors as mcolors
@@ -99,3 +101,18 @@ def test_report_hides_equal_weights_names_the_spike_and_lists_failures(spiky_swe
     assert "<h2>Failed jobs</h2>" in page and "non-finite loss at step 3" in page.split("<h2>Failed jobs</h2>")[1]
     assert page.count('<div class="scroll"><table>') == 2 and "overflow-x:auto" in page
     assert f"step {SPIKE_STEP}: 10.000" in page
+
+
+def test_lab_report_refuses_single_runs_unless_forced(tmp_path):
+    outputs = tmp_path / "outputs"  # two unrelated `lab-train` runs: run folders, no multirun.yaml
+    outputs.mkdir()
+    write_job(outputs, 0, "ntp", 1)
+    write_job(outputs, 1, "ntp", 1)
+    refused = subprocess.run([sys.executable, "-m", "lab.report.cli", str(outputs)], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {outputs}: not a sweep directory") and "--force" in lines[0]
+    assert not (outputs / "report.md").exists() and not (outputs / "runs.csv").exists()
+    forced = subprocess.run([sys.executable, "-m", "lab.report.cli", str(outputs), "--force"], capture_output=True, text=True, timeout=120)
+    assert forced.returncode == 0, forced.stderr
+    assert (outputs / "report.html").exists()

@@ -178,14 +178,23 @@ def fields_from(manifest: dict, config: dict) -> dict:
     }
 
 
-def collect_sweep(sweep_dir: str | Path) -> Sweep:
-    """Every job directory of a Hydra sweep directory, sorted by job number."""
+def collect_sweep(sweep_dir: str | Path, force: bool = False) -> Sweep:
+    """Every job directory of a Hydra sweep directory, sorted by job number.
+
+    A folder without Hydra's `multirun.yaml` (e.g. `outputs/<date>/`, a collection of unrelated
+    single runs) is refused: its "sweep dimensions" would be whatever happens to differ between
+    the runs. `force=True` reports on such a folder anyway.
+    """
     root = Path(sweep_dir)
     if not root.is_dir():
         raise ReportError(f"{sweep_dir}: no such directory")
     jobs = sorted((p for p in root.iterdir() if is_job_dir(p)), key=lambda p: p.name)
-    if not (root / SWEEP_MARKER).exists() and not jobs:
-        raise ReportError(f"{sweep_dir}: not a sweep directory (no {SWEEP_MARKER} and no job directories with run.json)")
+    if not (root / SWEEP_MARKER).exists():
+        if not jobs:
+            raise ReportError(f"{sweep_dir}: not a sweep directory (no {SWEEP_MARKER} and no job directories with run.json)")
+        if not force:
+            raise ReportError(f"{sweep_dir}: not a sweep directory (no {SWEEP_MARKER}; its {len(jobs)} run folder(s) are "
+                              "separate runs, not one sweep): pass --force to report on them anyway")
     records = [record_from_run_dir(job, root) for job in jobs]
     records.sort(key=lambda r: (r["job"] if r["job"] is not None else 1 << 30, r["name"]))
     return Sweep(name=sweep_name_of(root, records), source=str(root), records=records)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from pathlib import Path
 
 import hydra
@@ -17,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab.checkpoint import build_manifest, validate_checkpoint
 from lab.checkpoint_io import SafeCheckpointIO
+from lab.console import quiet_csv_overwrite, quiet_known_noise
 from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
 from lab.csv_history import keep_csv_history
 from lab.errors import ConfigError
@@ -66,12 +66,25 @@ def build_and_fit(cfg: DictConfig, record: RunRecord):
         resume_step = int(validate_checkpoint(ckpt_path, build_manifest(module, datamodule), module)["global_step"])
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    log_run_config(loggers, cfg)
+    previous_metrics = (Path(cfg.paths.output_dir) / "metrics.csv").exists()
     if resume_step is not None:
         keep_csv_history(loggers, resume_step)
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[SafeCheckpointIO()])
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    with quiet_csv_overwrite(previous_metrics, resuming=resume_step is not None):
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     record.update(manifest=build_manifest(module, datamodule))  # with the final weight-schedule position
     return trainer
+
+
+def log_run_config(loggers: list, cfg: DictConfig) -> None:
+    """Every logger that takes it gets the resolved config, run dir, overrides and sweep name."""
+    for logger in loggers:
+        if hasattr(logger, "log_run_config"):
+            logger.log_run_config(
+                OmegaConf.to_container(cfg, resolve=True), run_dir=str(cfg.paths.output_dir),
+                overrides=list(HydraConfig.get().overrides.task), sweep_name=cfg.get("sweep_name"),
+            )
 
 
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:
@@ -124,10 +137,7 @@ def quiet_environment() -> None:
     """What the CLI sets before Hydra starts (never at import: importing lab.train changes nothing)."""
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
-    # Checkpoints are written after the optimizer step on purpose (resume continues from there).
-    warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
-    # The training sampler resumes mid-epoch by the restored step (lab/data/sampler.py).
-    warnings.filterwarnings("ignore", message=".*ended before the epoch ended and your dataloader is not resumable.*")
+    quiet_known_noise()  # only the listed library noise (lab/console.py)
 
 
 def main() -> None:

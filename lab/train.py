@@ -17,9 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 from lab.checkpoint import build_manifest, validate_checkpoint
 from lab.checkpoint_io import SafeCheckpointIO
 from lab.console import quiet_csv_overwrite, quiet_known_noise
-from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
+from lab.config_checks import check_horizons_fit, check_run_config
 from lab.csv_history import keep_csv_history
 from lab.errors import ConfigError
+from lab.preflight import experiment_listing, preflight
 from lab.run_record import RunRecord
 from lab.wandb_status import finish_wandb, mark_wandb_run_failed
 
@@ -142,8 +143,12 @@ def quiet_environment() -> None:
 
 def main() -> None:
     quiet_environment()
+    argv = sys.argv[1:]
+    if "experiment=" in argv:
+        print(experiment_listing(Path(CONF_DIR)))
+        sys.exit(0)
     try:
-        check_group_overrides(sys.argv[1:], Path(CONF_DIR))
+        preflight(argv, Path(CONF_DIR))
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -1,5 +1,7 @@
 """What a researcher sees: the console of a short run, its wandb run config, one-line errors."""
 
+import pytest
+
 from tests.cli import TINY, lab_train, wandb_config
 
 NOISE = (
@@ -25,3 +27,44 @@ def test_five_step_run_console_is_quiet_and_wandb_config_has_group_prefixes(tmp_
     assert config["sweep_name"] == "console_check" and config["run_dir"] == str(run_dir)
     assert "trainer.max_steps=5" in config["overrides"] and "head.k=2" in config["overrides"]
     assert "seq_len" not in config  # no unprefixed DataModule fields at top level
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["head.k=abc"], "error: head.k: must be an integer, got 'abc'"),
+        (["logger=null"], "error: logger: null is not an option (use logger=none to turn it off); allowed: "),
+        (["haed=parallel"], "error: haed: no such config group or setting (did you mean head?)"),
+        (["trainer.max_step=20"], "error: trainer.max_step: no such setting (did you mean trainer.max_steps?)"),
+        (["head=paralel"], "error: head: unknown option 'paralel' (did you mean parallel?); allowed: "),
+        (["data=text", "data.path={empty}"], "error: data.path: {empty} is empty (0 bytes)"),
+        (["ckpt_path={corrupt}"], "error: checkpoint: {corrupt} is truncated or corrupted (RuntimeError: PytorchStreamReader "
+                                  "failed reading zip archive: failed finding central directory); "),
+        (["head=deepseek", "head.depth=2", "head.k=4"], "error: head.k: deepseek needs head.k = head.depth + 1 = 3, got 4"),
+    ],
+)
+def test_bad_input_is_one_line_and_leaves_no_run_folder(tmp_path, cache_dir, overrides, expected):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    corrupt = tmp_path / "corrupt.ckpt"
+    corrupt.write_bytes(zip_prefix())  # the first half of a zip archive: no central directory
+    paths = {"empty": empty, "corrupt": corrupt}
+    run_dir = tmp_path / "run"
+    result = lab_train(*TINY, *[o.format(**paths) for o in overrides], f"hydra.run.dir={run_dir}", cache_dir=cache_dir,
+                       cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(expected.format(**paths)), result.stderr[-2000:]
+    assert not run_dir.exists()
+
+
+def zip_prefix() -> bytes:
+    """Half of a real zip archive (what an interrupted copy of a checkpoint looks like)."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("archive/data.pkl", b"x" * 4096)
+    data = buffer.getvalue()
+    return data[: len(data) // 2]

@@ -16,11 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab.checkpoint import build_manifest, validate_checkpoint
 from lab.checkpoint_io import SafeCheckpointIO
-from lab.console import quiet_csv_overwrite, quiet_known_noise
 from lab.config_checks import check_horizons_fit, check_run_config
+from lab.console import quiet_csv_overwrite, quiet_known_noise
 from lab.csv_history import keep_csv_history
 from lab.errors import ConfigError
 from lab.preflight import experiment_listing, preflight
+from lab.resolvers import register_resolvers
 from lab.run_record import RunRecord
 from lab.wandb_status import finish_wandb, mark_wandb_run_failed
 
@@ -99,6 +100,7 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
 
 def run(cfg: DictConfig) -> float | None:
     quiet_environment()  # also in launcher worker processes, which never run main()
+    register_resolvers()  # a joblib worker process imports this module afresh
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     record = RunRecord(run_dir)
     record.update(config=OmegaConf.to_container(cfg, resolve=True), overrides=list(HydraConfig.get().overrides.task))
@@ -143,6 +145,7 @@ def quiet_environment() -> None:
 
 def main() -> None:
     quiet_environment()
+    register_resolvers()
     argv = sys.argv[1:]
     if "experiment=" in argv:
         print(experiment_listing(Path(CONF_DIR)))

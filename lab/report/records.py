@@ -116,6 +116,28 @@ def is_job_dir(path: Path) -> bool:
     return path.is_dir() and ((path / "run.json").exists() or (path / ".hydra" / "overrides.yaml").exists())
 
 
+def hydra_job_settings(job_dir: Path) -> dict:
+    """The `hydra:` node of a job's .hydra/hydra.yaml ({} when absent or unreadable)."""
+    hydra_yaml = job_dir / ".hydra" / "hydra.yaml"
+    if not hydra_yaml.exists():
+        return {}
+    try:
+        return (yaml.safe_load(hydra_yaml.read_text()) or {}).get("hydra", {}) or {}
+    except yaml.YAMLError:
+        return {}
+
+
+def is_sweep_job(job_dir: Path, sweep_dir: Path) -> bool:
+    """A job of a Hydra multirun whose sweep directory is `sweep_dir` (sweepers other than the
+    basic one, e.g. Optuna's, write no multirun.yaml)."""
+    settings = hydra_job_settings(job_dir)
+    swept_into = (settings.get("sweep") or {}).get("dir")
+    if str(settings.get("mode")) not in ("MULTIRUN", "RunMode.MULTIRUN") or swept_into is None:
+        return False
+    parts = Path(swept_into).parts  # relative to the directory lab-train ran in: compare the tail
+    return Path(swept_into).resolve() == sweep_dir.resolve() or sweep_dir.resolve().parts[-len(parts):] == parts
+
+
 def job_number(job_dir: Path) -> int | None:
     hydra_yaml = job_dir / ".hydra" / "hydra.yaml"
     if hydra_yaml.exists():
@@ -189,7 +211,7 @@ def collect_sweep(sweep_dir: str | Path, force: bool = False) -> Sweep:
     if not root.is_dir():
         raise ReportError(f"{sweep_dir}: no such directory")
     jobs = sorted((p for p in root.iterdir() if is_job_dir(p)), key=lambda p: p.name)
-    if not (root / SWEEP_MARKER).exists():
+    if not (root / SWEEP_MARKER).exists() and not (jobs and all(is_sweep_job(job, root) for job in jobs)):
         if not jobs:
             raise ReportError(f"{sweep_dir}: not a sweep directory (no {SWEEP_MARKER} and no job directories with run.json)")
         if not force:

@@ -166,7 +166,8 @@ def horizon_loss_curves(variants: list[Variant], path: Path) -> Path | None:
             axes[(k - 1) // ncols][(k - 1) % ncols].set_visible(False)
         if not drawn:
             return None
-        axes[0][0].legend(loc="upper right")
+        if axes[0][0].get_legend_handles_labels()[0]:
+            axes[0][0].legend(loc="upper right")
         fig.suptitle("Per-horizon loss: train (lines, smoothed) and validation (dots); ▲ = loss spike")
         return save_png(fig, path)
 

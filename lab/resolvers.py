@@ -1,0 +1,19 @@
+"""OmegaConf resolvers the configs use (registered by `lab-train` before Hydra composes).
+
+`${lab.aux_lambdas:LAMBDA,GAMMA,K}` → [1, λ, λγ, λγ², …] (K entries): the next-token loss keeps
+weight 1, horizon 2 weighs λ relative to it and every further horizon γ times the one before.
+It lets a search (experiments/search_lambda.yaml) tune two numbers instead of a K-long list.
+"""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+
+def aux_lambdas(lam: float, gamma: float, k: int) -> list[float]:
+    return [1.0] + [float(lam) * float(gamma) ** (j - 2) for j in range(2, int(k) + 1)]
+
+
+def register_resolvers() -> None:
+    """Idempotent; also called inside each job (a joblib worker process starts without them)."""
+    OmegaConf.register_new_resolver("lab.aux_lambdas", aux_lambdas, replace=True)

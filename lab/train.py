@@ -67,6 +67,10 @@ def build_and_fit(cfg: DictConfig, record: RunRecord):
         # Refuse a damaged file or another experiment's checkpoint before the Trainer touches the run dir.
         resume_step = int(validate_checkpoint(ckpt_path, build_manifest(module, datamodule), module)["global_step"])
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a progress-bar callback then
+        from pytorch_lightning.callbacks import ProgressBar
+
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
     log_run_config(loggers, cfg)
     previous_metrics = (Path(cfg.paths.output_dir) / "metrics.csv").exists()

@@ -68,3 +68,9 @@ def zip_prefix() -> bytes:
         archive.writestr("archive/data.pkl", b"x" * 4096)
     data = buffer.getvalue()
     return data[: len(data) // 2]
+
+
+def test_progress_bar_rates_are_plain_numbers():
+    from lab.callbacks.progress import human_rate
+
+    assert [human_rate(v) for v in (950.4, 12345.6, 2_500_000.0)] == ["950", "12.3k", "2.50M"]

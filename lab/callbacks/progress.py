@@ -1,0 +1,37 @@
+"""The progress bar: next-token loss, the objective, tokens/s as `12.3k`, the latest validation loss.
+
+Lightning's bar shows every `prog_bar=True` metric under its full name with four significant
+digits (`train/tokens_per_s=1.23e+04`) and no validation loss once validation has passed.
+"""
+
+from __future__ import annotations
+
+from pytorch_lightning.callbacks import TQDMProgressBar
+
+# logged metric → (label on the bar, format)
+SHOWN = (
+    ("train/loss", "loss", "{:.3f}"),
+    ("train/objective", "obj", "{:.3f}"),
+    ("val/loss", "val", "{:.3f}"),
+)
+
+
+def human_rate(value: float) -> str:
+    """12345.6 → '12.3k', 2.5e6 → '2.50M', 950 → '950'."""
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+class TokenProgressBar(TQDMProgressBar):
+    def get_metrics(self, trainer, pl_module) -> dict:
+        logged = {**trainer.callback_metrics, **trainer.progress_bar_metrics}  # val/loss stays in callback_metrics
+        items: dict = {}
+        for name, label, pattern in SHOWN:
+            if name in logged:
+                items[label] = pattern.format(float(logged[name]))
+        if "train/tokens_per_s" in logged:
+            items["tok/s"] = human_rate(float(logged["train/tokens_per_s"]))
+        return items

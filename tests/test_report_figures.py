@@ -116,3 +116,20 @@ def test_lab_report_refuses_single_runs_unless_forced(tmp_path):
     forced = subprocess.run([sys.executable, "-m", "lab.report.cli", str(outputs), "--force"], capture_output=True, text=True, timeout=120)
     assert forced.returncode == 0, forced.stderr
     assert (outputs / "report.html").exists()
+
+
+def test_report_run_logs_findings_and_the_html_page(spiky_sweep):
+    from lab.report.build import log_report_to_wandb
+    from tests.cli import wandb_history_keys
+
+    report = build_sweep_report(spiky_sweep)
+    log_report_to_wandb(report, project="mtp-lab", group="spiky", mode="offline")
+    keys, records = wandb_history_keys(spiky_sweep)  # wandb's own reader on the offline run
+    assert {"findings._type", "report._type", "runs._type"} <= keys  # media are flattened by the reader
+    summary = {}
+    for record in records:
+        if record.get("type") == "summary":
+            summary.update(record["summary"].get("update", {}))
+    assert "training-loss spike" in summary["findings"] and summary["jobs_failed"] == 1
+    saved = [f["path"] for r in records if r.get("type") == "files" for f in r["files"]["files"]]
+    assert "report.html" in saved

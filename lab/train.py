@@ -96,6 +96,8 @@ def log_run_config(loggers: list, cfg: DictConfig) -> None:
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     if cfg.ckpt_path in (None, "last"):
         last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+        if cfg.ckpt_path == "last" and not last.exists():  # a typo in hydra.run.dir must not go unnoticed
+            print(f"ckpt_path=last: no checkpoint at {last}; training from step 0", file=sys.stderr)
         return str(last) if cfg.ckpt_path == "last" and last.exists() else None
     if not Path(cfg.ckpt_path).exists():
         raise ConfigError("ckpt_path", f"no such checkpoint: {cfg.ckpt_path}")

@@ -128,11 +128,10 @@ def hydra_job_settings(job_dir: Path) -> dict:
 
 
 def is_sweep_job(job_dir: Path, sweep_dir: Path) -> bool:
-    """A job of a Hydra multirun whose sweep directory is `sweep_dir` (sweepers other than the
-    basic one, e.g. Optuna's, write no multirun.yaml)."""
-    settings = hydra_job_settings(job_dir)
-    swept_into = (settings.get("sweep") or {}).get("dir")
-    if str(settings.get("mode")) not in ("MULTIRUN", "RunMode.MULTIRUN") or swept_into is None:
+    """A job whose Hydra sweep directory is `sweep_dir` (sweepers other than the basic one, e.g.
+    Optuna's, write no multirun.yaml; a job re-run by lab-resume keeps its sweep directory)."""
+    swept_into = (hydra_job_settings(job_dir).get("sweep") or {}).get("dir")
+    if swept_into is None:
         return False
     parts = Path(swept_into).parts  # relative to the directory lab-train ran in: compare the tail
     return Path(swept_into).resolve() == sweep_dir.resolve() or sweep_dir.resolve().parts[-len(parts):] == parts

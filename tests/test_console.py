@@ -74,3 +74,14 @@ def test_progress_bar_rates_are_plain_numbers():
     from lab.callbacks.progress import human_rate
 
     assert [human_rate(v) for v in (950.4, 12345.6, 2_500_000.0)] == ["950", "12.3k", "2.50M"]
+
+
+def test_a_run_shorter_than_the_validation_interval_still_validates_once_at_its_end(tmp_path, cache_dir):
+    import csv
+
+    run_dir = tmp_path / "run"
+    result = lab_train(*TINY, "trainer.max_steps=5", "trainer.val_check_interval=200", "logger=csv", f"hydra.run.dir={run_dir}",
+                       cache_dir=cache_dir, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    validated = [int(row["step"]) for row in csv.DictReader((run_dir / "metrics.csv").open()) if row.get("val/loss")]
+    assert validated == [4]  # once, after the 5th (last) step; Lightning counts steps from 0 in the log

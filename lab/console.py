@@ -60,3 +60,40 @@ def quiet_csv_overwrite(previous_metrics_exist: bool, resuming: bool):
         if resuming or not previous_metrics_exist:
             warnings.filterwarnings("ignore", message=CSV_DIR_NOT_EMPTY)
         yield
+
+
+def duration(seconds: float) -> str:
+    """83.4 → '1m 23s'; 7.2 → '7.2s'; 3725 → '1h 02m 05s'."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def current_wandb_run() -> dict | None:
+    """id, offline run folder and mode of the active wandb run (None when there is none)."""
+    import sys
+
+    wandb = sys.modules.get("wandb")  # never import wandb just to ask
+    run = getattr(wandb, "run", None) if wandb is not None else None
+    if run is None:
+        return None
+    from pathlib import Path
+
+    return {"id": run.id, "dir": str(Path(run.dir).parent), "offline": bool(run.offline)}
+
+
+def summary_line(run_dir, metrics: dict, steps: int, seconds: float, wandb_run: dict | None) -> str:
+    """The run's last console line: where it is, what it reached, how long it took, how to sync it."""
+    parts = [f"done: {run_dir}"]
+    loss, bpb = metrics.get("val/loss"), metrics.get("val/bpb")
+    if loss is not None:
+        parts.append(f"val/loss {float(loss):.4f}" + (f" ({float(bpb):.3f} bits/byte)" if bpb is not None else ""))
+    else:
+        parts.append("no validation metric")
+    parts += [f"{steps} steps", duration(seconds)]
+    if wandb_run is not None:
+        sync = f"; sync: wandb sync {wandb_run['dir']}" if wandb_run["offline"] else ""
+        parts.append(f"wandb run {wandb_run['id']}{sync}")
+    return " | ".join(parts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -17,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from lab.checkpoint import build_manifest, validate_checkpoint
 from lab.checkpoint_io import SafeCheckpointIO
 from lab.config_checks import check_horizons_fit, check_run_config
-from lab.console import quiet_csv_overwrite, quiet_known_noise
+from lab.console import current_wandb_run, quiet_csv_overwrite, quiet_known_noise, summary_line
 from lab.csv_history import keep_csv_history
 from lab.errors import ConfigError
 from lab.preflight import experiment_listing, preflight
@@ -132,7 +133,9 @@ def run(cfg: DictConfig) -> float | None:
         finish_wandb()
         raise
     record.finish("ok", metrics=trainer.callback_metrics)
+    wandb_run = current_wandb_run()
     finish_wandb()
+    print(summary_line(run_dir, trainer.callback_metrics, trainer.global_step, time.time() - record.started, wandb_run), flush=True)
     value = trainer.callback_metrics.get("val/loss")
     return None if value is None else float(value)
 

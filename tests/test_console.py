@@ -21,6 +21,11 @@ def test_five_step_run_console_is_quiet_and_wandb_config_has_group_prefixes(tmp_
     console = result.stdout + result.stderr
     for noise in NOISE:
         assert noise not in console, f"{noise!r} in the console:\n{console}"
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"done: {run_dir} | val/loss ") and " bits/byte) | 5 steps | " in last, last
+    wandb_id = last.split("wandb run ")[1].split(";")[0]
+    (offline_run,) = (run_dir / "wandb").glob(f"offline-run-*-{wandb_id}")
+    assert last.endswith(f"; sync: wandb sync {offline_run}")
     config = wandb_config(run_dir)
     assert config["data.seq_len"] == 32 and config["head.k"] == 2 and config["head.name"] == "parallel"
     assert config["trainer.max_steps"] == 5 and config["model.d_model"] == 32

@@ -54,34 +54,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def rerun(job_dir: Path, sweep_dir: Path, status: str, dry_run: bool) -> bool:
+    """Run one job again through `lab-train` (in the directory it first ran in); True when it ends ok."""
+    command = [sys.executable, "-m", "lab.train", *resume_argv(job_dir, sweep_dir)]
+    print(f"resuming {job_dir.name} ({status}): lab-train {' '.join(command[3:])}", flush=True)
+    if dry_run:
+        return True
+    cwd = (hydra_job_settings(job_dir).get("runtime") or {}).get("cwd")  # relative paths in the overrides
+    result = subprocess.run(command, cwd=cwd if cwd and Path(cwd).is_dir() else None)
+    return result.returncode == 0 and job_status(job_dir) == "ok"
+
+
 def main(argv: list[str] | None = None) -> None:
+    from lab.report.build import build_sweep_report
+
     args = parse_args(argv)
     sweep_dir = Path(args.sweep_dir)
     try:
         todo = unfinished(sweep_dir)
-    except ReportError as error:
+        print(f"lab-resume: {len(todo)} unfinished or failed job(s) in {sweep_dir}")
+        still_failed = sum(not rerun(job_dir, sweep_dir, status, args.dry_run) for job_dir, status in todo)
+        if args.dry_run:
+            return
+        report = build_sweep_report(sweep_dir)
+    except ReportError as error:  # not a sweep, or (after the re-runs) no completed job to report on
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    print(f"lab-resume: {len(todo)} unfinished or failed job(s) in {sweep_dir}")
-    still_failed = 0
-    for job_dir, status in todo:
-        command = [sys.executable, "-m", "lab.train", *resume_argv(job_dir, sweep_dir)]
-        print(f"resuming {job_dir.name} ({status}): lab-train {' '.join(command[3:])}", flush=True)
-        if args.dry_run:
-            continue
-        cwd = (hydra_job_settings(job_dir).get("runtime") or {}).get("cwd")  # relative paths in the overrides
-        result = subprocess.run(command, cwd=cwd if cwd and Path(cwd).is_dir() else None)
-        if result.returncode != 0 or job_status(job_dir) != "ok":
-            still_failed += 1
-    if args.dry_run:
-        return
-    from lab.report.build import build_sweep_report
-
-    try:
-        report = build_sweep_report(sweep_dir)
-    except ReportError as error:
-        print(f"error: report: {error}", file=sys.stderr)
-        sys.exit(1)
     print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed)")
     if still_failed:
         sys.exit(1)

@@ -1,7 +1,9 @@
 """The LightningModule: wires model, reduction, weight schedule and backward schedule.
 
 The step itself is `lab.step.train_step` (shared with the plain-PyTorch benchmark loop);
-this module supplies Lightning's backward and optimizer, logs `train/loss`, keeps the
+this module supplies Lightning's backward and optimizer, logs `train/objective` (what the step
+optimised: Σ_k c_k S_k, whose meaning depends on K, the policy and λ) and `train/loss` (the
+next-token loss S_1 / N_1, comparable across every run), keeps the
 weight-schedule position and the checkpoint state. Manual optimisation, so exactly one
 `manual_backward` per step touches module Parameters (one DDP sync). Metrics logic lives in
 callbacks; `training_step` returns {"loss", "step": StepOutputs} for them.
@@ -24,7 +26,7 @@ from lab.model.mtp import build_model
 from lab.objective import Progress, evaluate_horizons
 from lab.objective.objective import Objective, typed
 from lab.optim import OptimConfig, build_optimizer
-from lab.step import StepProbe, train_step
+from lab.step import StepOutputs, StepProbe, train_step
 
 
 class LightningOptimization:
@@ -74,8 +76,15 @@ class MTPLitModule(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         outputs = train_step(self.model, self.objective, batch, self.progress(), LightningOptimization(self), probes=self.step_probes)
         self.consumed_tokens += outputs.tokens
-        self.log("train/loss", outputs.loss.to(torch.float32), prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
+        self.log("train/objective", outputs.loss.to(torch.float32), prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
+        self.log("train/loss", self.next_token_loss(outputs).to(torch.float32), prog_bar=True, on_step=True, on_epoch=False,
+                 batch_size=1)
         return {"loss": outputs.loss, "step": outputs}
+
+    def next_token_loss(self, outputs: StepOutputs) -> torch.Tensor:
+        """Mean next-token cross-entropy of the step over all ranks: S_1 / N_1 (global counts)."""
+        n1 = outputs.counts[0] if self.objective.global_counts else self.all_reduce_sum(outputs.local_counts[:1].to(torch.float64))[0]
+        return outputs.loss_sums[0] / n1.clamp_min(1.0)  # [] float64; an empty horizon 1 gives 0
 
     def validation_step(self, batch, batch_idx):
         horizons = self.model(batch)

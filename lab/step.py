@@ -65,7 +65,7 @@ class PlainOptimization:
 class StepOutputs:
     """Per-step statistics (detached). Sums and hits are over all ranks; see `counts` for the count scope."""
 
-    loss: Tensor  # [] float64: the objective the step optimised (Σ_k c_k S_k, over ranks); logged as train/loss
+    loss: Tensor  # [] float64: the objective the step optimised (Σ_k c_k S_k, over ranks); logged as train/objective
     loss_sums: Tensor  # [K] float64 S_k summed over ranks
     counts: Tensor  # [K] float64 N_k the coefficients were computed from (over ranks, or this rank's for count_scope=local)
     local_counts: Tensor  # [K] this rank's N_k

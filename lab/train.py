@@ -1,6 +1,9 @@
 """`lab-train`: compose (Hydra), validate, instantiate, fit (Lightning), record (run.json).
 
 Bad input ends with one line `error: <field>: <what is allowed>` and exit code 2.
+torch and Lightning are imported where a run needs them, never at module level: `lab-train
+--help`, tab completion and one-line errors answer without them
+(experiments/benchmarks/cli_startup.py).
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from lab.checkpoint import build_manifest, validate_checkpoint
-from lab.checkpoint_io import SafeCheckpointIO
 from lab.config_checks import check_horizons_fit, check_run_config
 from lab.console import current_wandb_run, quiet_csv_overwrite, quiet_known_noise, summary_line
 from lab.csv_history import keep_csv_history
@@ -33,6 +34,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     """Validate and construct the DataModule and the LightningModule (every start-up check)."""
     import pytorch_lightning as pl
 
+    from lab.checkpoint import build_manifest
     from lab.data import LMDataModule
     from lab.model.mtp import parameter_table
     from lab.module import MTPLitModule
@@ -61,6 +63,9 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
 
 
 def build_and_fit(cfg: DictConfig, record: RunRecord):
+    from lab.checkpoint import build_manifest, validate_checkpoint
+    from lab.checkpoint_io import SafeCheckpointIO
+
     datamodule, module = build(cfg, record)
     ckpt_path = resolve_ckpt_path(cfg)
     resume_step = None

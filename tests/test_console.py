@@ -1,5 +1,7 @@
 """What a researcher sees: the console of a short run, its wandb run config, one-line errors."""
 
+import csv
+
 import pytest
 
 from tests.cli import TINY, lab_train, wandb_config
@@ -26,6 +28,11 @@ def test_five_step_run_console_is_quiet_and_wandb_config_has_group_prefixes(tmp_
     wandb_id = last.split("wandb run ")[1].split(";")[0]
     (offline_run,) = (run_dir / "wandb").glob(f"offline-run-*-{wandb_id}")
     assert last.endswith(f"; sync: wandb sync {offline_run}")
+    rows = [row for row in csv.DictReader((run_dir / "metrics.csv").open()) if row.get("train/loss")]
+    assert len(rows) == 5
+    for row in rows:  # head_mean, uniform λ, K=2: the objective is the sum of the two horizons' mean losses
+        assert float(row["train/loss"]) == pytest.approx(float(row["train/loss/h1"]), rel=1e-6)
+        assert float(row["train/objective"]) == pytest.approx(float(row["train/loss/h1"]) + float(row["train/loss/h2"]), rel=1e-6)
     config = wandb_config(run_dir)
     assert config["data.seq_len"] == 32 and config["head.k"] == 2 and config["head.name"] == "parallel"
     assert config["trainer.max_steps"] == 5 and config["model.d_model"] == 32

@@ -1,4 +1,4 @@
-"""The progress bar: next-token loss, the objective, tokens/s as `12.3k`, the latest validation loss.
+"""The progress bar: next-token loss, the objective (when it differs), tokens/s as `12.3k`, the latest validation loss.
 
 Lightning's bar shows every `prog_bar=True` metric under its full name with four significant
 digits (`train/tokens_per_s=1.23e+04`) and no validation loss once validation has passed.
@@ -32,6 +32,8 @@ class TokenProgressBar(TQDMProgressBar):
         for name, label, pattern in SHOWN:
             if name in logged:
                 items[label] = pattern.format(float(logged[name]))
+        if items.get("obj") == items.get("loss"):  # next-token-only objective (ntp): one number is enough
+            items.pop("obj", None)
         if "train/tokens_per_s" in logged:
             items["tok/s"] = human_rate(float(logged["train/tokens_per_s"]))
         return items

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
+from pytorch_lightning.utilities import rank_zero_only
 
 
 class WandbLogger(LightningWandbLogger):
@@ -25,6 +26,7 @@ class WandbLogger(LightningWandbLogger):
     def log_hyperparams(self, params: Any) -> None:
         """Lightning's module/datamodule hyperparameters: replaced by `log_run_config`."""
 
+    @rank_zero_only  # other DDP ranks have no wandb run
     def log_run_config(self, config: dict, *, run_dir: str, overrides: list[str], sweep_name: str | None) -> None:
         """The resolved config (nested: wandb shows and filters it as `data.seq_len`, ...) plus run identity."""
         payload = {key: value for key, value in config.items() if key not in ("run_dir", "overrides")}

@@ -1,8 +1,8 @@
 """`lab-train`: compose (Hydra), validate, instantiate, fit (Lightning), record (run.json).
 
 Bad input ends with one line `error: <field>: <what is allowed>` and exit code 2.
-torch and Lightning are imported where a run needs them, never at module level: `lab-train
---help`, tab completion and one-line errors answer without them
+torch and Lightning are imported where a run needs them, never at module level, and `--help`
+is answered from conf/ (lab/cli_help.py) instead of by Hydra: both answer fast
 (experiments/benchmarks/cli_startup.py).
 """
 
@@ -161,6 +161,11 @@ def main() -> None:
     quiet_environment()
     register_resolvers()
     argv = sys.argv[1:]
+    if "--help" in argv or "-h" in argv:
+        from lab.cli_help import help_text
+
+        print(help_text(Path(CONF_DIR)))
+        sys.exit(0)
     if "experiment=" in argv:
         print(experiment_listing(Path(CONF_DIR)))
         sys.exit(0)

@@ -97,3 +97,12 @@ def test_a_run_shorter_than_the_validation_interval_still_validates_once_at_its_
     assert result.returncode == 0, result.stderr[-3000:]
     validated = [int(row["step"]) for row in csv.DictReader((run_dir / "metrics.csv").open()) if row.get("val/loss")]
     assert validated == [4]  # once, after the 5th (last) step; Lightning counts steps from 0 in the log
+
+
+def test_help_names_lab_train_and_lists_groups_and_experiments(tmp_path, cache_dir):
+    result = lab_train("--help", cache_dir=cache_dir, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("lab-train: ") and "usage: lab-train" in result.stdout
+    assert "  head:           anticausal, causal, deepseek, linear, ntp*, parallel" in result.stdout
+    assert "  debug:          fast, overfit, profile" in result.stdout and "  search_lambda  " in result.stdout
+    assert "train is powered by Hydra" not in result.stdout

@@ -88,13 +88,15 @@ def test_progress_bar_rates_are_plain_numbers():
     assert [human_rate(v) for v in (950.4, 12345.6, 2_500_000.0)] == ["950", "12.3k", "2.50M"]
 
 
-def test_a_run_shorter_than_the_validation_interval_still_validates_once_at_its_end(tmp_path, cache_dir):
+def test_a_short_fresh_run_with_ckpt_path_last_says_so_and_validates_once_at_its_end(tmp_path, cache_dir):
     import csv
 
     run_dir = tmp_path / "run"
     result = lab_train(*TINY, "trainer.max_steps=5", "trainer.val_check_interval=200", "logger=csv", f"hydra.run.dir={run_dir}",
-                       cache_dir=cache_dir, cwd=tmp_path)
+                       "ckpt_path=last", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    # a resume that finds nothing to resume says so (a mistyped run dir must not go unnoticed)
+    assert f"ckpt_path=last: no checkpoint at {run_dir / 'checkpoints' / 'last.ckpt'}; training from step 0" in result.stderr
     validated = [int(row["step"]) for row in csv.DictReader((run_dir / "metrics.csv").open()) if row.get("val/loss")]
     assert validated == [4]  # once, after the 5th (last) step; Lightning counts steps from 0 in the log
 

@@ -176,5 +176,5 @@ def test_empty_experiment_lists_the_experiments_with_descriptions(tmp_path):
     lines = result.stdout.strip().splitlines()
     assert lines[0].startswith("experiments (lab-train experiment=NAME")
     listed = {line.split()[0]: line.split(None, 1)[1] for line in lines[1:]}
-    assert set(listed) == set(EXPERIMENTS)
+    assert set(listed) == {*EXPERIMENTS, "search_lambda"}  # search_lambda is an Optuna search (tests/test_search.py)
     assert listed["quick_ablation"].startswith("The main job: next-token prediction (ntp) vs the five")

@@ -6,6 +6,7 @@ Every group checks its own fields once, when it is built into a typed object
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -21,6 +22,27 @@ def available_options(conf_dir: Path, group: str) -> list[str]:
     return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
 
 
+OPTIONAL_GROUPS = ("experiment", "hparams_search", "debug")  # default null in conf/train.yaml
+
+
+def did_you_mean(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def check_group_choice(key: str, choices: list[str], conf_dir: Path) -> None:
+    """Each choice of group `key` names a conf/<key>/<choice>.yaml (null only for optional groups)."""
+    options = available_options(conf_dir, key)
+    for choice in choices:
+        if choice in ("", "null"):
+            if key in OPTIONAL_GROUPS:
+                continue
+            hint = f" (use {key}=none to turn it off)" if "none" in options else ""
+            raise ConfigError(key, f"null is not an option{hint}; allowed: {', '.join(options)}")
+        if choice not in options:
+            raise ConfigError(key, f"unknown option '{choice}'{did_you_mean(choice, options)}; allowed: {', '.join(options)}")
+
+
 def check_group_overrides(argv: list[str], conf_dir: Path) -> None:
     """`head=foo` where conf/head/foo.yaml does not exist → one line listing the options."""
     for arg in argv:
@@ -30,13 +52,7 @@ def check_group_overrides(argv: list[str], conf_dir: Path) -> None:
         # hydra/launcher, hydra/sweeper, ...: options also come from installed Hydra plugins
         if "." in key or key.startswith("hydra/") or not (conf_dir / key).is_dir():
             continue
-        options = available_options(conf_dir, key)
-        for choice in value.split(","):
-            choice = choice.strip()
-            if choice in ("", "null") and key == "experiment":
-                raise ConfigError("experiment", f"choose one of: {', '.join(options)}")
-            if choice not in options and choice != "null":
-                raise ConfigError(key, f"unknown option '{choice}'; allowed: {', '.join(options)}")
+        check_group_choice(key, [choice.strip() for choice in value.split(",")], conf_dir)
 
 
 def check_run_config(cfg: DictConfig) -> None:

@@ -1,7 +1,9 @@
 """The LightningModule: wires model, reduction, weight schedule and backward schedule.
 
 The step itself is `lab.step.train_step` (shared with the plain-PyTorch benchmark loop);
-this module supplies Lightning's backward and optimizer, logs `train/loss`, keeps the
+this module supplies Lightning's backward and optimizer, logs `train/objective` (what the step
+optimised: Σ_k c_k S_k, whose meaning depends on K, the policy and λ) and `train/loss` (the
+next-token loss S_1 / N_1, comparable across every run), keeps the
 weight-schedule position and the checkpoint state. Manual optimisation, so exactly one
 `manual_backward` per step touches module Parameters (one DDP sync). Metrics logic lives in
 callbacks; `training_step` returns {"loss", "step": StepOutputs} for them.
@@ -23,13 +25,13 @@ from lab.checkpoint import (
 )
 from lab.distributed import all_reduce_sum, world_size
 from lab.errors import require
-from lab.model.compile import compile_units
+from lab.model.compile import compile_units, split_compile_option
 from lab.model.mtp import build_model
 from lab.objective import Progress, evaluate_horizons
 from lab.objective.objective import Objective, typed
 from lab.optim import OptimConfig, build_optimizer, matrix_parameters
 from lab.sharding import clip_gradient_norm
-from lab.step import StepProbe, train_step
+from lab.step import StepOutputs, StepProbe, train_step
 
 
 class LightningOptimization:
@@ -56,9 +58,7 @@ class MTPLitModule(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
-        model = dict(model)
-        compiled = model.pop("compile", False)  # how to run the network, not what it is: not in the manifest
-        require(isinstance(compiled, bool), "model.compile", f"must be true or false, got {compiled!r}")
+        model, compiled = split_compile_option(model)
         self.model = build_model(model, head)
         if compiled:
             compile_units(self.model)
@@ -96,8 +96,14 @@ class MTPLitModule(pl.LightningModule):
         self.consumed_tokens += outputs.tokens
         self._steps_this_fit += 1
         if logs_this_step(self._trainer):  # self.log costs; steps whose values no logger receives skip it
-            self.log("train/loss", outputs.loss.to(torch.float32), prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
+            self.log("train/objective", outputs.loss.to(torch.float32), prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
+            self.log("train/loss", self.next_token_loss(outputs).to(torch.float32), prog_bar=True, on_step=True, on_epoch=False,
+                     batch_size=1)
         return {"loss": outputs.loss, "step": outputs}
+
+    def next_token_loss(self, outputs: StepOutputs) -> torch.Tensor:
+        """Mean next-token cross-entropy of the step over all ranks: S_1 / N_1 (StepOutputs counts are over ranks)."""
+        return outputs.loss_sums[0] / outputs.counts[0].clamp_min(1.0)  # [] float64; an empty horizon 1 gives 0
 
     def validation_step(self, batch, batch_idx):
         horizons = self.model(batch)

@@ -70,7 +70,7 @@ class StepOutputs:
     numbers only on the steps they log.
     """
 
-    loss: Tensor  # [] float64: the objective the step optimised (Σ_k c_k S_k, over ranks); logged as train/loss
+    loss: Tensor  # [] float64: the objective the step optimised (Σ_k c_k S_k, over ranks); logged as train/objective
     loss_sums: Tensor  # [K] float64 S_k summed over ranks
     counts: Tensor  # [K] float64 N_k over ranks (whatever the count scope: per-horizon metrics divide the sums by these)
     local_counts: Tensor  # [K] this rank's N_k

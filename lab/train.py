@@ -1,13 +1,16 @@
 """`lab-train`: compose (Hydra), validate, instantiate, fit (Lightning), record (run.json).
 
 Bad input ends with one line `error: <field>: <what is allowed>` and exit code 2.
+torch and Lightning are imported where a run needs them, never at module level, and `--help`
+is answered from conf/ (lab/cli_help.py) instead of by Hydra: both answer fast
+(experiments/benchmarks/cli_startup.py).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import warnings
+import time
 from pathlib import Path
 
 import hydra
@@ -15,12 +18,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from lab.callbacks.throughput import TokenThroughput
-from lab.checkpoint import build_manifest, validate_checkpoint
-from lab.checkpoint_io import SafeCheckpointIO
-from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
+from lab.config_checks import check_horizons_fit, check_run_config
+from lab.console import current_wandb_run, quiet_csv_overwrite, quiet_known_noise, summary_line
 from lab.csv_history import keep_csv_history
 from lab.errors import ConfigError
+from lab.preflight import experiment_listing, preflight
+from lab.resolvers import register_resolvers
 from lab.run_record import RunRecord
 from lab.wandb_status import finish_wandb, mark_wandb_run_failed
 
@@ -31,6 +34,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     """Validate and construct the DataModule and the LightningModule (every start-up check)."""
     import pytorch_lightning as pl
 
+    from lab.checkpoint import build_manifest
     from lab.data import LMDataModule
     from lab.model.cost import cost_table, format_cost_table
     from lab.module import MTPLitModule
@@ -59,20 +63,31 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
 
 
 def build_and_fit(cfg: DictConfig, record: RunRecord):
+    from lab.callbacks.throughput import TokenThroughput
+    from lab.checkpoint import build_manifest, validate_checkpoint
+    from lab.checkpoint_io import SafeCheckpointIO
+
     datamodule, module = build(cfg, record)
     ckpt_path = resolve_ckpt_path(cfg)
     resume_step = None
     if ckpt_path is not None:
         # Refuse a damaged file or another experiment's checkpoint before the Trainer touches the run dir.
         resume_step = int(validate_checkpoint(ckpt_path, build_manifest(module, datamodule), module)["global_step"])
-    callbacks = instantiate_callbacks(cfg)
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a progress-bar callback then
+        from pytorch_lightning.callbacks import ProgressBar
+
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    log_run_config(loggers, cfg)
+    previous_metrics = (Path(cfg.paths.output_dir) / "metrics.csv").exists()
     if resume_step is not None:
         keep_csv_history(loggers, resume_step)
-    for logger in loggers:  # wandb's run config and the CSV logger's hparams.yaml carry the model's cost
-        logger.log_hyperparams({"cost": record.payload.get("cost", {})})
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[SafeCheckpointIO()])
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    with quiet_csv_overwrite(previous_metrics, resuming=resume_step is not None):
+        for logger in loggers:  # wandb's run config and the CSV logger's hparams.yaml carry the model's cost
+            logger.log_hyperparams({"cost": record.payload.get("cost", {})})
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     record.update(manifest=build_manifest(module, datamodule))  # with the final weight-schedule position
     measured = [c.summary() for c in callbacks if isinstance(c, TokenThroughput)]
     if measured:
@@ -80,19 +95,21 @@ def build_and_fit(cfg: DictConfig, record: RunRecord):
     return trainer
 
 
-def instantiate_callbacks(cfg: DictConfig) -> list:
-    """The `callbacks` group, plus the progress bar (redrawn on logging steps only) when the trainer shows one."""
-    from lab.callbacks.progress import progress_bar
-
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    if cfg.trainer.get("enable_progress_bar", True):
-        callbacks.append(progress_bar())
-    return callbacks
+def log_run_config(loggers: list, cfg: DictConfig) -> None:
+    """Every logger that takes it gets the resolved config, run dir, overrides and sweep name."""
+    for logger in loggers:
+        if hasattr(logger, "log_run_config"):
+            logger.log_run_config(
+                OmegaConf.to_container(cfg, resolve=True), run_dir=str(cfg.paths.output_dir),
+                overrides=list(HydraConfig.get().overrides.task), sweep_name=cfg.get("sweep_name"),
+            )
 
 
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     if cfg.ckpt_path in (None, "last"):
         last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+        if cfg.ckpt_path == "last" and not last.exists():  # a typo in hydra.run.dir must not go unnoticed
+            print(f"ckpt_path=last: no checkpoint at {last}; training from step 0", file=sys.stderr)
         return str(last) if cfg.ckpt_path == "last" and last.exists() else None
     if not Path(cfg.ckpt_path).exists():
         raise ConfigError("ckpt_path", f"no such checkpoint: {cfg.ckpt_path}")
@@ -101,6 +118,7 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
 
 def run(cfg: DictConfig) -> float | None:
     quiet_environment()  # also in launcher worker processes, which never run main()
+    register_resolvers()  # a joblib worker process imports this module afresh
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     record = RunRecord(run_dir)
     record.update(config=OmegaConf.to_container(cfg, resolve=True), overrides=list(HydraConfig.get().overrides.task))
@@ -126,7 +144,9 @@ def run(cfg: DictConfig) -> float | None:
         finish_wandb()
         raise
     record.finish("ok", metrics=trainer.callback_metrics)
+    wandb_run = current_wandb_run()
     finish_wandb()
+    print(summary_line(run_dir, trainer.callback_metrics, trainer.global_step, time.time() - record.started, wandb_run), flush=True)
     value = trainer.callback_metrics.get("val/loss")
     return None if value is None else float(value)
 
@@ -140,16 +160,23 @@ def quiet_environment() -> None:
     """What the CLI sets before Hydra starts (never at import: importing lab.train changes nothing)."""
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
-    # Checkpoints are written after the optimizer step on purpose (resume continues from there).
-    warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
-    # The training sampler resumes mid-epoch by the restored step (lab/data/sampler.py).
-    warnings.filterwarnings("ignore", message=".*ended before the epoch ended and your dataloader is not resumable.*")
+    quiet_known_noise()  # only the listed library noise (lab/console.py)
 
 
 def main() -> None:
     quiet_environment()
+    register_resolvers()
+    argv = sys.argv[1:]
+    if "--help" in argv or "-h" in argv:
+        from lab.cli_help import help_text
+
+        print(help_text(Path(CONF_DIR)))
+        sys.exit(0)
+    if "experiment=" in argv:
+        print(experiment_listing(Path(CONF_DIR)))
+        sys.exit(0)
     try:
-        check_group_overrides(sys.argv[1:], Path(CONF_DIR))
+        preflight(argv, Path(CONF_DIR))
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

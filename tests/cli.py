@@ -50,3 +50,25 @@ def wandb_history_keys(run_dir: Path) -> tuple[set, list]:
 
 def history_items(record: dict) -> dict:
     return record.get("history", {}).get("item", {})
+
+
+def wandb_config(run_dir: Path) -> dict:
+    """The offline wandb run's config as wandb's own reader (`wandb leet inspect`) gives it, flattened
+    with dots the way wandb's UI names the keys (`data.seq_len`)."""
+    _, records = wandb_history_keys(run_dir)
+    merged: dict = {}
+    for record in records:
+        if record.get("type") == "config":
+            merged.update(record["config"].get("update", {}))
+    return flatten(merged)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out

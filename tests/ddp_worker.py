@@ -197,7 +197,7 @@ def run_case(case: dict, devices: int, cache_dir: str) -> dict:
     out = capture.outputs
     return {
         "loss": out["loss"].detach().to(torch.float64).clone(),
-        "logged_loss": trainer.callback_metrics["train/loss"].detach().to(torch.float64).clone(),
+        "logged_loss": trainer.callback_metrics["train/objective"].detach().to(torch.float64).clone(),
         "grads": capture.grads,
         "grad_none": capture.grad_none,
         "horizon_metrics": logged(trainer, "train/"),

@@ -20,6 +20,7 @@ EXPECTED = {
     "mtp_overhead": ["vs ntp", "paired vs ntp", "goal at V=259, K=4: step time <= 1.05 x ntp"],
     "data_scale": ["disk B/token", "loader ktok/s", "goal <= 4 bytes/token on disk",
                    "goal loader tokens/s >= 20 x training tokens/s"],
+    "cli_startup": ["paired help / import pytorch_lightning", "goal: lab-train --help median <= 1.5 s"],
     "diagnostics_overhead": ["amortised overhead (direct)", "c = with/without - 1", "goal <= 3%"],
     "decode_speed": ["cached / uncached speed (paired)", "same tokens: True"],
     "gpu_throughput": ["tokens/s", "MFU", "paired vs ntp", "goal: parallel K=4 FLOP throughput >= 0.9 x ntp (eager)"],

@@ -219,7 +219,7 @@ def test_runs_are_real_ddp_with_uneven_ranks(runs):
         for run in ("ddp", "single"):
             result = runs[run][name]
             assert close(result["logged_loss"], result["loss"]), (
-                f"{run} {name}: logged train/loss {result['logged_loss'].item()} != returned loss {result['loss'].item()}"
+                f"{run} {name}: logged train/objective {result['logged_loss'].item()} != returned loss {result['loss'].item()}"
             )
     for name in ("global/head_mean", "schedule/joint"):
         rank0 = runs["ddp"][name]["local_counts"].double()

@@ -25,8 +25,9 @@ from lab.errors import ConfigError
 
 
 def _first_line(error: BaseException) -> str:
+    """The error's first sentence, whole (torch's zip errors go on with advice after it)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[0][:160]}" if lines else type(error).__name__
+    return f"{type(error).__name__}: {lines[0].split('. ')[0].rstrip('.')}" if lines else type(error).__name__
 
 
 def _siblings(path: Path) -> str:

@@ -171,6 +171,8 @@ def resolve_local_files(path, source: str = "auto") -> LocalFiles:
     for entry in entries:
         files += _expand(os.path.expanduser(str(entry)))
     files = list(dict.fromkeys(files))  # a file named twice (a glob and a list) is read once
+    for file in files:  # datasets' builders answer an empty file with "DatasetGenerationError: An error occurred ..."
+        require(file.stat().st_size > 0, "data.path", f"{file} is empty (0 bytes); give a file with at least one document")
     if source != "auto":
         return LocalFiles(source, tuple(files))
     formats = {file: format_of(file) for file in files}

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import torch.nn as nn
 
+from lab.errors import require
 from lab.sharding import SHARDING_UNITS
+
+
+def split_compile_option(model: dict) -> tuple[dict, bool]:
+    """The `model` group without `compile` (how to run the network, not what it is: not in the manifest), and its value."""
+    model = dict(model)
+    compiled = model.pop("compile", False)
+    require(isinstance(compiled, bool), "model.compile", f"must be true or false, got {compiled!r}")
+    return model, compiled
 
 
 def compile_units(model: nn.Module, **options) -> list[nn.Module]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lab.report.sweep_figures import write_report_figures
 from lab.report.records import FIGURES_DIR, ReportError, Sweep, collect_sweep
-from lab.report.render import html_page, markdown
+from lab.report.render import findings, html_page, markdown
 from lab.report.table import runs_csv_text, variants
 
 
@@ -21,6 +21,7 @@ class Report:
     figures: list[Path]
     n_ok: int
     n_failed: int
+    findings: list[str]
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
@@ -45,7 +46,8 @@ def build_report(sweep: Sweep, out_dir: str | Path) -> Report:
     figures = write_report_figures(groups, out / FIGURES_DIR)
     md = write_text_atomic(out / "report.md", markdown(sweep, groups, figures, FIGURES_DIR))
     page = write_text_atomic(out / "report.html", html_page(sweep, groups, figures))
-    return Report(out, runs_csv, md, page, [p for _, _, p in figures if p is not None], len(sweep.completed), len(sweep.failed))
+    return Report(out, runs_csv, md, page, [f.path for f in figures if f.path is not None], len(sweep.completed), len(sweep.failed),
+                  findings(sweep, groups))
 
 
 def build_sweep_report(sweep_dir: str | Path) -> Report:
@@ -54,7 +56,8 @@ def build_sweep_report(sweep_dir: str | Path) -> Report:
 
 
 def log_report_to_wandb(report: Report, project: str, group: str, mode: str | None = None, entity: str | None = None) -> str | None:
-    """One extra wandb run per sweep (job_type 'report'): the runs table and every figure.
+    """One extra wandb run per sweep (job_type 'report'): the runs table, every figure, the findings
+    (summary text and a table) and report.html itself (as a wandb HTML panel and a saved file).
 
     Returns the run id. The job runs stay untouched; `lab-report --wandb` leaves this run out.
     """
@@ -72,7 +75,10 @@ def log_report_to_wandb(report: Report, project: str, group: str, mode: str | No
     try:
         run.log({"runs": wandb.Table(columns=rows[0], data=rows[1:])})
         run.log({f"figures/{path.stem}": wandb.Image(str(path)) for path in report.figures})
-        run.summary.update({"jobs_ok": report.n_ok, "jobs_failed": report.n_failed})
+        run.log({"findings": wandb.Table(columns=["finding"], data=[[line] for line in report.findings]),
+                 "report": wandb.Html(report.html.read_text())})
+        run.save(str(report.html), base_path=str(report.out_dir), policy="now")
+        run.summary.update({"jobs_ok": report.n_ok, "jobs_failed": report.n_failed, "findings": "\n".join(report.findings)})
         return run.id
     finally:
         run.finish()

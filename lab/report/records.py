@@ -118,6 +118,27 @@ def is_job_dir(path: Path) -> bool:
     return path.is_dir() and ((path / "run.json").exists() or (path / ".hydra" / "overrides.yaml").exists())
 
 
+def hydra_job_settings(job_dir: Path) -> dict:
+    """The `hydra:` node of a job's .hydra/hydra.yaml ({} when absent or unreadable)."""
+    hydra_yaml = job_dir / ".hydra" / "hydra.yaml"
+    if not hydra_yaml.exists():
+        return {}
+    try:
+        return (yaml.safe_load(hydra_yaml.read_text()) or {}).get("hydra", {}) or {}
+    except yaml.YAMLError:
+        return {}
+
+
+def is_sweep_job(job_dir: Path, sweep_dir: Path) -> bool:
+    """A job whose Hydra sweep directory is `sweep_dir` (sweepers other than the basic one, e.g.
+    Optuna's, write no multirun.yaml; a job re-run by lab-resume keeps its sweep directory)."""
+    swept_into = (hydra_job_settings(job_dir).get("sweep") or {}).get("dir")
+    if swept_into is None:
+        return False
+    parts = Path(swept_into).parts  # relative to the directory lab-train ran in: compare the tail
+    return Path(swept_into).resolve() == sweep_dir.resolve() or sweep_dir.resolve().parts[-len(parts):] == parts
+
+
 def job_number(job_dir: Path) -> int | None:
     hydra_yaml = job_dir / ".hydra" / "hydra.yaml"
     if hydra_yaml.exists():
@@ -181,14 +202,23 @@ def fields_from(manifest: dict, config: dict) -> dict:
     }
 
 
-def collect_sweep(sweep_dir: str | Path) -> Sweep:
-    """Every job directory of a Hydra sweep directory, sorted by job number."""
+def collect_sweep(sweep_dir: str | Path, force: bool = False) -> Sweep:
+    """Every job directory of a Hydra sweep directory, sorted by job number.
+
+    A folder without Hydra's `multirun.yaml` (e.g. `outputs/<date>/`, a collection of unrelated
+    single runs) is refused: its "sweep dimensions" would be whatever happens to differ between
+    the runs. `force=True` reports on such a folder anyway.
+    """
     root = Path(sweep_dir)
     if not root.is_dir():
         raise ReportError(f"{sweep_dir}: no such directory")
     jobs = sorted((p for p in root.iterdir() if is_job_dir(p)), key=lambda p: p.name)
-    if not (root / SWEEP_MARKER).exists() and not jobs:
-        raise ReportError(f"{sweep_dir}: not a sweep directory (no {SWEEP_MARKER} and no job directories with run.json)")
+    if not (root / SWEEP_MARKER).exists() and not (jobs and all(is_sweep_job(job, root) for job in jobs)):
+        if not jobs:
+            raise ReportError(f"{sweep_dir}: not a sweep directory (no {SWEEP_MARKER} and no job directories with run.json)")
+        if not force:
+            raise ReportError(f"{sweep_dir}: not a sweep directory (no {SWEEP_MARKER}; its {len(jobs)} run folder(s) are "
+                              "separate runs, not one sweep): pass --force to report on them anyway")
     records = [record_from_run_dir(job, root) for job in jobs]
     records.sort(key=lambda r: (r["job"] if r["job"] is not None else 1 << 30, r["name"]))
     return Sweep(name=sweep_name_of(root, records), source=str(root), records=records)

@@ -7,8 +7,9 @@ import html
 import re
 from pathlib import Path
 
-from lab.report.sweep_figures import order_key
+from lab.report.sweep_figures import ReportFigure, order_key
 from lab.report.records import Sweep
+from lab.report.spikes import SPIKE_MIN_NATS, SPIKE_SIGMAS, record_spikes
 from lab.report.table import (
     Variant,
     mean_spread,
@@ -78,6 +79,7 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
         if accs:
             out.append("Top-1 accuracy at the farthest horizon: " + "; ".join(accs) + ".")
     out += cost_findings(variants)
+    out += spike_findings(sweep)
     if sweep.failed:
         dims = sweep_dimensions(sweep.records)
         out.append(f"{len(sweep.failed)} job(s) failed: " + "; ".join(f"job {r['job']} ({shown_overrides(r, dims)}): {r['error']}" for r in sweep.failed) + ".")
@@ -133,6 +135,25 @@ def cost_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
             fmt(v.cost("train_tokens_per_s"), 0), fmt(v.cost("train_time_s"), 1), fmt(run_time, 1),
         ])
     return header, rows
+MAX_SPIKES_NAMED = 8
+
+
+def spike_findings(sweep: Sweep) -> list[str]:
+    """One line naming every training-loss spike: job, variant, metric, step, value and size."""
+    spikes = record_spikes(sweep.records)
+    if not spikes:
+        return []
+    dims = sweep_dimensions(sweep.records)
+    named = [f"job {r['job']} ({shown_overrides(r, dims)}) `{metric}` at step {spike.step}: {spike.value:.3f} "
+             f"({spike.size:+.3f} nats over its running median {spike.baseline:.3f})" for r, metric, spike in spikes[:MAX_SPIKES_NAMED]]
+    more = f"; +{len(spikes) - MAX_SPIKES_NAMED} more" if len(spikes) > MAX_SPIKES_NAMED else ""
+    return [f"{len(spikes)} training-loss spike(s) (> {SPIKE_SIGMAS:g} robust sd and > {SPIKE_MIN_NATS:g} nats above the running "
+            f"median): " + "; ".join(named) + more + "."]
+
+
+def failed_job_lines(sweep: Sweep) -> list[str]:
+    """One Markdown line per failed job: number, directory, reason."""
+    return [f"job {r['job']} `{r['run_dir'] or r['name']}`: **failed**: {r['error']}" for r in sweep.failed]
 
 
 def run_table(sweep: Sweep, variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
@@ -192,7 +213,7 @@ def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def markdown(sweep: Sweep, variants: list[Variant], figures: list[tuple[str, str, Path | None]], figures_rel: str) -> str:
+def markdown(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure], figures_rel: str) -> str:
     lines = [f"# Sweep report: {sweep.name}", "", *summary_lines(sweep, variants), "", "## Findings", ""]
     lines += [f"- {line}" for line in findings(sweep, variants)] or ["- no completed runs"]
     lines += ["", "## Variants (mean ± sd over seeds)", "", *md_table(*variant_table(variants))]
@@ -203,13 +224,13 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[tuple[str, str
     lines += ["", "## Jobs", "", *md_table(*run_table(sweep, variants))]
     if sweep.failed:
         lines += ["", "## Failed jobs", ""]
-        lines += [f"- job {r['job']} `{r['run_dir'] or r['name']}`: **failed**: {r['error']}" for r in sweep.failed]
+        lines += [f"- {line}" for line in failed_job_lines(sweep)]
     lines += ["", "## Figures", ""]
-    for name, caption, path in figures:
-        if path is None:
-            lines += [f"- {caption}: not drawn (no such metric in this sweep)", ""]
+    for fig in figures:
+        if fig.path is None:
+            lines += [f"- {fig.caption}: not drawn ({fig.reason})", ""]
         else:
-            lines += [f"### {caption}", "", f"![{caption}]({figures_rel}/{name})", ""]
+            lines += [f"### {fig.caption}", "", f"![{fig.caption}]({figures_rel}/{fig.name})", ""]
     lines += ["", "All numbers come from `runs.csv` (final metrics of each job); rebuild with `lab-report <sweep dir>`.", ""]
     return "\n".join(lines)
 
@@ -218,16 +239,17 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f3f3f3}td:first-child,td:nth-child(2){text-align:left}tr.failed td{background:#fde8e8}
+.scroll{overflow-x:auto;max-width:100%}.scroll table{margin:0}
 img{max-width:100%;border:1px solid #eee}code{background:#f5f5f5;padding:0 3px}.reason{text-align:left;color:#a00}
 """
 
 
 def html_table(header: list[str], rows: list[list[str]], failed_rows: set[int] | None = None) -> str:
-    out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
+    out = ['<div class="scroll"><table>', "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
     for index, row in enumerate(rows):
         css = ' class="failed"' if failed_rows and index in failed_rows else ""
         out.append(f"<tr{css}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
-    out.append("</table>")
+    out.append("</table></div>")
     return "\n".join(out)
 
 
@@ -238,9 +260,9 @@ def inline_md(text: str) -> str:
     return re.sub(r"`(.+?)`", r"<code>\1</code>", escaped)
 
 
-def html_page(sweep: Sweep, variants: list[Variant], figures: list[tuple[str, str, Path | None]]) -> str:
+def html_page(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure]) -> str:
     parts = [
-        "<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">",
+        "<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">", "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
         f"<title>Sweep report: {html.escape(sweep.name)}</title>", f"<style>{CSS}</style>", "</head><body>",
         f"<h1>Sweep report: {html.escape(sweep.name)}</h1>", "<ul>",
     ]
@@ -255,12 +277,14 @@ def html_page(sweep: Sweep, variants: list[Variant], figures: list[tuple[str, st
     header, rows = run_table(sweep, variants)
     failed = {i for i, r in enumerate(sweep.records) if r["status"] != "ok"}
     parts += ["<h2>Jobs</h2>", html_table(header, rows, failed)]
+    if sweep.failed:
+        parts += ["<h2>Failed jobs</h2>", "<ul>", *[f"<li>{inline_md(line)}</li>" for line in failed_job_lines(sweep)], "</ul>"]
     parts.append("<h2>Figures</h2>")
-    for name, caption, path in figures:
-        if path is None:
-            parts.append(f"<p><em>{html.escape(caption)}: not drawn (no such metric in this sweep)</em></p>")
+    for fig in figures:
+        if fig.path is None:
+            parts.append(f"<p><em>{html.escape(fig.caption)}: not drawn ({html.escape(fig.reason or '')})</em></p>")
             continue
-        data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-        parts += [f"<h3>{html.escape(caption)}</h3>", f'<img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">']
+        data = base64.b64encode(Path(fig.path).read_bytes()).decode("ascii")
+        parts += [f"<h3>{html.escape(fig.caption)}</h3>", f'<img alt="{html.escape(fig.caption)}" src="data:image/png;base64,{data}">']
     parts += ["<p>Rebuild with <code>lab-report &lt;sweep dir&gt;</code>; the numbers are those of <code>runs.csv</code>.</p>", "</body></html>", ""]
     return "\n".join(parts)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from lab.report.plotting import color, figure, save_png, short
+from lab.report.plotting import color, figure, save_png, short, variant_style
 from lab.report.records import finite
+from lab.report.spikes import find_spikes, robust_range
 from lab.report.table import Variant
 
 HEAD_ORDER = ("ntp", "linear", "parallel", "causal", "anticausal", "deepseek")
@@ -66,54 +68,97 @@ def history_median(records: list[dict], metric: str) -> float | None:
 
 
 def val_loss_by_architecture(variants: list[Variant], path: Path) -> Path | None:
-    """Bar per variant (ordered by architecture, then K), coloured by K; ntp as a dashed baseline."""
+    """Bar per variant (ordered by architecture, then K), coloured by K; ntp as a dashed baseline.
+
+    The y-axis starts at zero (a bar's height is its value): differences between variants are
+    written on the bars as Δ to ntp instead of being magnified by a cut axis.
+    """
     rows = [v for v in sorted(variants, key=order_key) if v.stat("val/loss")[0] is not None]
     if not rows:
         return None
     ks = sorted({v.k or 1 for v in rows})
+    baseline = next((v.stat("val/loss")[0] for v in rows if v.head == "ntp"), None)
     with figure(max(5.0, 0.75 * len(rows) + 2), 4.0) as (fig, axes):
         ax = axes[0][0]
         for i, variant in enumerate(rows):
             mean, spread, n = variant.stat("val/loss")
             ax.bar(i, mean, yerr=spread if n > 1 else None, capsize=3, color=color(ks.index(variant.k or 1)),
                    label=f"K={variant.k or 1}")
-            ax.annotate(f"{mean:.3f}", (i, mean), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
-        baseline = [v for v in rows if v.head == "ntp"]
-        if baseline:
-            ax.axhline(baseline[0].stat("val/loss")[0], color="black", linestyle="--", linewidth=0.8, label="ntp")
-        low = min(v.stat("val/loss")[0] for v in rows)
+            text = f"{mean:.3f}" if baseline is None or variant.head == "ntp" else f"{mean:.3f}\nΔ{mean - baseline:+.3f}"
+            ax.annotate(text, (i, mean + (spread or 0)), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
+        if baseline is not None:
+            ax.axhline(baseline, color="black", linestyle="--", linewidth=0.8, label="ntp")
         high = max(v.stat("val/loss")[0] + (v.stat("val/loss")[1] or 0) for v in rows)
-        ax.set_ylim(max(0.0, low - 0.15 * (high - low + 1e-9) - 0.05), high + 0.1 * (high - low + 1e-9) + 0.02)
+        ax.set_ylim(*zero_based_ylim(high))
         ax.set_xticks(range(len(rows)), [short(v.label) for v in rows], rotation=30, ha="right")
         ax.set_ylabel("val next-token loss (nats)")
-        ax.set_title("Validation next-token loss by architecture and K\n(mean ± sd over seeds)")
+        ax.set_title("Validation next-token loss by architecture and K\n(mean ± sd over seeds; Δ = difference to ntp)")
         handles, labels = ax.get_legend_handles_labels()
         unique = dict(zip(labels, handles))
-        ax.legend(unique.values(), unique.keys())
+        ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return save_png(fig, path)
 
 
+def zero_based_ylim(high: float) -> tuple[float, float]:
+    """A bar chart's y-range: from 0, with headroom for the value labels above the tallest bar."""
+    return 0.0, max(high, 0.0) * 1.18 + 1e-9
+
+
+def despiked_mean_curve(records: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray, list[tuple[int, float]]]:
+    """Per-step mean over jobs with each job's spikes replaced by their running median.
+
+    Returns (steps, means, spikes) where spikes are the (step, raw value) pairs that were
+    replaced: the figure draws them as explicit markers instead of letting them set the y-range.
+    """
+    cleaned, spikes = [], []
+    for record in records:
+        series = [(s, v) for s, v in record["history"].get(metric, []) if finite(v)]
+        found = {spike.step: spike for spike in find_spikes(series)}
+        spikes += [(spike.step, spike.value) for spike in found.values()]
+        cleaned.append({"history": {metric: [(s, found[s].baseline if s in found else v) for s, v in series]}})
+    steps, means = mean_curve(cleaned, metric)
+    return steps, means, spikes
+
+
 def horizon_loss_curves(variants: list[Variant], path: Path) -> Path | None:
-    """One panel per horizon: training loss at horizon k over steps (smoothed), val loss as markers."""
+    """One panel per horizon: training loss at horizon k over steps (smoothed), val loss as markers.
+
+    Each variant has its own colour and line style. The y-range covers every curve except loss
+    spikes (lab/report/spikes.py), which are drawn as triangles (clipped to the top edge, with
+    their value written beside them) so one bad step cannot flatten every other curve.
+    """
     rows = [v for v in sorted(variants, key=order_key) if v.ok]
     max_k = max((v.max_k for v in rows), default=0)
     if not rows or max_k < 1:
         return None
     ncols = min(max_k, 4)
     nrows = (max_k + ncols - 1) // ncols
-    with figure(3.2 * ncols + 0.5, 2.8 * nrows + 0.4, nrows, ncols, sharex=True) as (fig, axes):
+    with figure(3.2 * ncols + 0.5, 2.8 * nrows + 0.6, nrows, ncols, sharex=True) as (fig, axes):
         drawn = False
         for k in range(1, max_k + 1):
             ax = axes[(k - 1) // ncols][(k - 1) % ncols]
+            shown, spikes = [], []
             for i, variant in enumerate(rows):
-                steps, values = mean_curve(variant.ok, f"train/loss/h{k}")
+                line_color, line_style = variant_style(i)
+                steps, values, variant_spikes = despiked_mean_curve(variant.ok, f"train/loss/h{k}")
                 if len(steps):
-                    ax.plot(steps, smooth(values, max(1, len(values) // 25)), color=color(i), linewidth=1.0, label=short(variant.label))
+                    curve = smooth(values, max(1, len(values) // 25))
+                    ax.plot(steps, curve, color=line_color, linestyle=line_style, linewidth=1.0, label=short(variant.label))
+                    shown += list(curve)
                     drawn = True
+                spikes += [(step, value, line_color) for step, value in variant_spikes]
                 vsteps, vvalues = mean_curve(variant.ok, f"val/loss/h{k}")
                 if len(vsteps):
-                    ax.plot(vsteps, vvalues, color=color(i), marker="o", markersize=3, linestyle="none")
+                    ax.plot(vsteps, vvalues, color=line_color, marker="o", markersize=3, linestyle="none")
+                    shown += list(vvalues)
                     drawn = True
+            limits = robust_range(shown)
+            if limits is not None:
+                ax.set_ylim(*limits)
+                for step, value, spike_color in spikes:
+                    y = min(value, limits[1])
+                    ax.plot([step], [y], marker="^", color=spike_color, markersize=6, linestyle="none", clip_on=False)
+                    ax.annotate(f"spike {value:.2f}", (step, y), fontsize=6, xytext=(3, -8), textcoords="offset points")
             ax.set_title(f"horizon {k}")
             ax.set_xlabel("step")
             ax.set_ylabel("loss (nats)")
@@ -121,8 +166,9 @@ def horizon_loss_curves(variants: list[Variant], path: Path) -> Path | None:
             axes[(k - 1) // ncols][(k - 1) % ncols].set_visible(False)
         if not drawn:
             return None
-        axes[0][0].legend(loc="upper right")
-        fig.suptitle("Per-horizon loss: train (lines, smoothed) and validation (dots)")
+        if axes[0][0].get_legend_handles_labels()[0]:
+            axes[0][0].legend(loc="upper right")
+        fig.suptitle("Per-horizon loss: train (lines, smoothed) and validation (dots); ▲ = loss spike")
         return save_png(fig, path)
 
 
@@ -142,7 +188,7 @@ def horizon_panels(variants: list[Variant], path: Path, panels, *, first_k: int,
                     if mean is not None:
                         ks.append(k), means.append(mean), spreads.append(spread or 0.0)
                 if ks:
-                    ax.errorbar(ks, means, yerr=spreads, color=color(i), marker="o", markersize=3, capsize=2, linewidth=1.0, label=short(variant.label))
+                    ax.errorbar(ks, means, yerr=spreads, color=variant_style(i)[0], linestyle=variant_style(i)[1], marker="o", markersize=3, capsize=2, linewidth=1.0, label=short(variant.label))
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.set_title(panel_title)
@@ -176,7 +222,7 @@ def live_decoding(variants: list[Variant], path: Path) -> Path | None:
             positions = [j for j in range(1, variant.max_k + 1) if variant.stat(f"decode/accept/p{j}")[0] is not None]
             means = [variant.stat(f"decode/accept/p{j}")[0] for j in positions]
             spreads = [variant.stat(f"decode/accept/p{j}")[1] or 0.0 for j in positions]
-            ax.errorbar(positions, means, yerr=spreads, color=color(i), marker="o", markersize=3, capsize=2, linewidth=1.0, label=short(variant.label))
+            ax.errorbar(positions, means, yerr=spreads, color=variant_style(i)[0], linestyle=variant_style(i)[1], marker="o", markersize=3, capsize=2, linewidth=1.0, label=short(variant.label))
         ax.set_xlabel("draft position j")
         ax.set_ylabel("acceptance rate")
         ax.set_title("live acceptance by draft position")
@@ -240,8 +286,12 @@ def grad_cosine_heatmaps(variants: list[Variant], path: Path) -> Path | None:
         return save_png(fig, path)
 
 
-def effective_weights_by_policy(variants: list[Variant], path: Path) -> Path | None:
-    """Effective weight of each horizon in the objective (mean over training), grouped bars per variant."""
+def effective_weights_by_policy(variants: list[Variant], path: Path) -> Path | NotDrawn | None:
+    """Effective weight of each horizon in the objective (mean over training), grouped bars per variant.
+
+    Not drawn when every bar would have the same height (e.g. head_mean with uniform λ at one K:
+    every horizon weighs 1/K): the caption then states that weight instead.
+    """
     rows = []
     for variant in sorted(variants, key=order_key):
         if variant.max_k < 2:
@@ -251,13 +301,16 @@ def effective_weights_by_policy(variants: list[Variant], path: Path) -> Path | N
             rows.append((variant, weights))
     if not rows:
         return None
+    heights = [w for _, weights in rows for w in weights if w is not None]
+    if max(heights) - min(heights) <= 1e-6 * max(abs(h) for h in heights) + 1e-12:
+        return NotDrawn(f"every variant weights every horizon equally ({heights[0]:.4g}); nothing to compare")
     max_k = max(len(w) for _, w in rows)
     width = 0.8 / len(rows)
     with figure(max(6.0, 1.1 * max_k + 3), 3.8) as (fig, axes):
         ax = axes[0][0]
         for i, (variant, weights) in enumerate(rows):
             xs = [k - 1 + (i - (len(rows) - 1) / 2) * width for k in range(1, len(weights) + 1)]
-            ax.bar(xs, [w if w is not None else 0.0 for w in weights], width=width, color=color(i),
+            ax.bar(xs, [w if w is not None else 0.0 for w in weights], width=width, color=variant_style(i)[0],
                    label=short(f"{variant.label} [{variant.first.get('reduction')}, {variant.first.get('weights')}]", 48))
         ax.set_xticks(range(max_k), [f"h{k}" for k in range(1, max_k + 1)])
         ax.set_ylabel("effective weight (mean over steps)")
@@ -267,7 +320,11 @@ def effective_weights_by_policy(variants: list[Variant], path: Path) -> Path | N
 
 
 def logit_memory_by_schedule(variants: list[Variant], path: Path) -> Path | None:
-    """Logical live-logit bytes and measured saved-tensor peak (median over steps) per variant."""
+    """Logical live-logit bytes and measured saved-tensor peak (median over steps) per variant.
+
+    Two panels, each with its own x-axis: live logits are typically a few MiB while the saved
+    tensors are tens to hundreds, so on one shared axis the live-logit bars would be invisible.
+    """
     rows = []
     for variant in sorted(variants, key=order_key):
         live = history_median(variant.ok, "mem/logits_live_bytes")
@@ -276,16 +333,20 @@ def logit_memory_by_schedule(variants: list[Variant], path: Path) -> Path | None
             rows.append((variant, live, saved))
     if not rows:
         return None
-    with figure(8.0, max(2.5, 0.45 * len(rows) + 1.2)) as (fig, axes):
-        ax = axes[0][0]
+    with figure(10.0, max(2.5, 0.45 * len(rows) + 1.2), 1, 2, sharey=True) as (fig, axes):
         ys = np.arange(len(rows))
-        ax.barh(ys - 0.2, [(live or 0) / MiB for _, live, _ in rows], height=0.38, color=color(0), label="logits live (logical)")
-        ax.barh(ys + 0.2, [(saved or 0) / MiB for _, _, saved in rows], height=0.38, color=color(1), label="saved tensors peak (measured)")
-        ax.set_yticks(ys, [short(f"{v.label} [{v.first.get('schedule')}]", 40) for v, _, _ in rows])
-        ax.invert_yaxis()
-        ax.set_xlabel("MiB (median over steps)")
-        ax.set_title("Logit memory by backward schedule")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
+        panels = (("logits live (logical)", [live for _, live, _ in rows]), ("saved tensors peak (measured)", [saved for _, _, saved in rows]))
+        for col, (title, values) in enumerate(panels):
+            ax = axes[0][col]
+            ax.barh(ys, [(value or 0) / MiB for value in values], height=0.6, color=color(col))
+            for y, value in zip(ys, values):
+                ax.annotate("—" if value is None else f"{value / MiB:.2f}", (((value or 0) / MiB), y), va="center", fontsize=7,
+                            xytext=(2, 0), textcoords="offset points")
+            ax.set_xlabel("MiB (median over steps)")
+            ax.set_title(title)
+        axes[0][0].set_yticks(ys, [short(f"{v.label} [{v.first.get('schedule')}]", 40) for v, _, _ in rows])
+        axes[0][0].invert_yaxis()
+        fig.suptitle("Logit memory by backward schedule")
         return save_png(fig, path)
 
 
@@ -301,13 +362,31 @@ REPORT_FIGURES = (
 )
 
 
-def write_report_figures(variants: list[Variant], out_dir: Path) -> list[tuple[str, str, Path | None]]:
-    """(file name, caption, path or None when not applicable) for every report figure."""
+@dataclass(frozen=True)
+class NotDrawn:
+    """A figure left out of this sweep's report, with the reason the report prints instead."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReportFigure:
+    name: str
+    caption: str
+    path: Path | None
+    reason: str | None = None  # why it was not drawn (path is None)
+
+
+def write_report_figures(variants: list[Variant], out_dir: Path) -> list[ReportFigure]:
+    """Every report figure: drawn (path) or left out (reason)."""
     out = []
     for name, function, caption in REPORT_FIGURES:
         target = Path(out_dir) / name
-        path = function(variants, target)
-        if path is None and target.exists():
+        result = function(variants, target)
+        if isinstance(result, Path):
+            out.append(ReportFigure(name, caption, result))
+            continue
+        if target.exists():
             target.unlink()  # stale figure from an earlier build of a different sweep state
-        out.append((name, caption, path))
+        out.append(ReportFigure(name, caption, None, result.reason if isinstance(result, NotDrawn) else "no such metric in this sweep"))
     return out

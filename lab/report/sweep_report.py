@@ -49,11 +49,14 @@ class SweepReport(Callback):
         except ReportError as error:
             print(f"error: report: {error}", file=sys.stderr)
             sys.exit(1)
-        print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed)", file=sys.stderr)
         if self.log_to_wandb:
             self._log_to_wandb(config, report)
         if wandb_publish_requested(config):
             self._publish_to_wandb(config, sweep_dir)
+        print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed)", file=sys.stderr)
+        offline_runs = sorted(Path(sweep_dir, "wandb").glob("offline-run-*"))
+        if offline_runs:  # every job's run and the report run (lab.resolvers.wandb_dir puts them there)
+            print(f"wandb: {len(offline_runs)} offline runs; sync them with: wandb sync {sweep_dir}/wandb/offline-run-*", file=sys.stderr)
         if report.n_failed and self.fail_on_failed_jobs:
             print(f"error: sweep: {report.n_failed} of {report.n_ok + report.n_failed} jobs failed (see {report.markdown})", file=sys.stderr)
             sys.exit(1)

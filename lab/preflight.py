@@ -1,0 +1,208 @@
+"""`lab-train`'s command-line checks before Hydra starts a job (nothing is written before them).
+
+Hydra reports a misspelt key as "Key 'max_step' is not in struct" with a traceback, a `null`
+group choice as a ValueError, and lets `head.k=abc` through to fail deep inside training.
+Here the overrides are checked against the composed default config first and every problem
+becomes one line `error: <field>: <what is allowed>` (with a "did you mean" when a name is
+close to a real one). Sweep lists (`head.k=2,4`) are checked value by value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from lab.config_checks import check_group_choice, did_you_mean
+from lab.errors import ConfigError
+
+_ABSENT = object()
+FLAGS_WITHOUT_CHECKS = ("-m", "--multirun")  # other flags (--help, --cfg, ...) go to Hydra untouched
+
+
+def config_groups(conf_dir: Path) -> list[str]:
+    return sorted(p.name for p in conf_dir.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+
+def is_group_key(key: str, conf_dir: Path) -> bool:
+    return "/" in key or (("." not in key) and (conf_dir / key).is_dir())
+
+
+def experiment_descriptions(conf_dir: Path) -> list[tuple[str, str]]:
+    """(name, first sentence of the header comment) for every experiments/<name>.yaml."""
+    out = []
+    for path in sorted((conf_dir / "experiment").glob("*.yaml")):
+        prose = []
+        for line in path.read_text().splitlines():
+            if not line.startswith("#"):
+                break
+            text = line.lstrip("#").strip()
+            if text.startswith(("@package", "lab-train")):
+                continue
+            if not text and prose:
+                break
+            if text:
+                prose.append(text)
+        out.append((path.stem, one_line(" ".join(prose))))
+    return out
+
+
+def one_line(paragraph: str, width: int = 100) -> str:
+    """The paragraph's first clause (up to '. ' or '; '), cut at a word boundary to `width` characters."""
+    clause = paragraph.split(". ")[0].split("; ")[0].rstrip(".")
+    if len(clause) > width:
+        clause = clause[: width - 1].rsplit(" ", 1)[0] + "…"
+    return clause
+
+
+def experiment_listing(conf_dir: Path) -> str:
+    rows = experiment_descriptions(conf_dir)
+    width = max((len(name) for name, _ in rows), default=0)
+    lines = ["experiments (lab-train experiment=NAME; files in experiments/):"]
+    lines += [f"  {name:<{width}}  {description}" for name, description in rows]
+    return "\n".join(lines)
+
+
+def parse(argv: list[str]):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_overrides([a for a in argv if a not in FLAGS_WITHOUT_CHECKS])
+    except Exception as error:  # Hydra's grammar error: name the argument, not the parser state
+        raise ConfigError("command line", f"cannot parse the overrides ({str(error).splitlines()[0]})") from None
+
+
+def values_of(override) -> list:
+    """The value(s) of one override; a sweep gives its elements, an interval sweep (Optuna) none."""
+    if override.is_sweep_override():
+        try:
+            return list(override.sweep_iterator())
+        except Exception:
+            return []  # interval(...) and other continuous sweeps: nothing discrete to check
+    return [override.value()]
+
+
+def compose(conf_dir: Path, overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            return hydra_compose("train", overrides=overrides, return_hydra_config=with_hydra)
+    except Exception as error:  # a group file that does not compose: Hydra's own first line
+        raise ConfigError("command line", str(error).strip().splitlines()[0]) from None
+
+
+TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number"}
+
+
+def type_error(expected, value) -> str | None:
+    """Why `value` cannot stand where the default config has a value of type `expected` (None: fine)."""
+    if value is None or expected not in TYPE_NAMES:
+        return None
+    if expected is bool:
+        ok = isinstance(value, bool)
+    elif expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return None if ok else f"must be {TYPE_NAMES[expected]}, got {value!r}"
+
+
+def check_value_override(override, base: DictConfig, conf_dir: Path) -> None:
+    key = override.key_or_group
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(base, parent) if parent else base
+    exists = isinstance(node, DictConfig) and leaf in node
+    if not exists:
+        if override.is_add() or override.is_force_add() or override.is_delete():
+            return
+        candidates = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+        if not parent:
+            candidates += config_groups(conf_dir)
+        suggestion = did_you_mean(leaf, candidates)
+        if suggestion and parent:
+            suggestion = suggestion.replace("did you mean ", f"did you mean {parent}.")
+        what = "no such setting" if parent else "no such config group or setting"
+        raise ConfigError(key, f"{what}{suggestion}; to add a new key write +{key}=...")
+    if override.is_delete():
+        return
+    default = OmegaConf.to_container(node, resolve=False)[leaf] if isinstance(node, DictConfig) else None
+    if isinstance(default, str) and default.startswith("${"):
+        try:
+            default = OmegaConf.select(base, key)  # an interpolation: its resolved value's type
+        except Exception:
+            return
+    for value in values_of(override):
+        problem = type_error(type(default), value)
+        if problem:
+            raise ConfigError(key, problem)
+
+
+def preflight(argv: list[str], conf_dir: Path) -> DictConfig | None:
+    """Check every override; return the composed config (first value of every sweep), or None
+    when flags other than -m are given (help, --cfg, shell completion: Hydra answers those)."""
+    if any(a.startswith("-") and a not in FLAGS_WITHOUT_CHECKS for a in argv):
+        return None
+    overrides = parse(argv)
+    groups, values = [], []
+    for override in overrides:
+        key = override.key_or_group
+        if override.is_hydra_override() or key.startswith("hydra/"):
+            continue
+        if is_group_key(key, conf_dir) and not override.is_delete():
+            choices = [str(v) if v is not None else "null" for v in values_of(override)] or ["null"]
+            if "/" not in key:
+                check_group_choice(key, choices, conf_dir)
+            groups.append((override, choices))
+        else:
+            values.append(override)
+    group_args = [f"{o.get_key_element()}={choices[0]}" for o, choices in groups if choices[0] not in ("null", "None", "")]
+    base = compose(conf_dir, group_args)
+    for override in values:
+        check_value_override(override, base, conf_dir)
+    first_job = [line for line in (first_job_override(o) for o in overrides) if line is not None]
+    full = compose(conf_dir, first_job, with_hydra=True)
+    if "-m" in argv or "--multirun" in argv or str(full.hydra.mode) == "RunMode.MULTIRUN":
+        return full  # each job validates itself; a failed job is recorded and the sweep goes on
+    check_single_run(full)
+    return full
+
+
+def first_job_override(override) -> str | None:
+    """The override as it applies to the first job of a sweep (None: leave it to Hydra)."""
+    if override.is_delete():
+        return override.input_line
+    if not override.is_sweep_override():
+        return f"{override.get_key_element()}={override.get_value_element_as_str()}"
+    try:
+        return f"{override.get_key_element()}={next(iter(override.sweep_string_iterator()))}"
+    except Exception:
+        return None  # interval(...) for Optuna
+
+
+def check_single_run(cfg: DictConfig) -> None:
+    """Every check a single run can make without data or weights: the same typed configs the run
+    builds (each group checks its own fields), before Hydra makes the run folder."""
+    from lab.config_checks import check_horizons_fit, check_run_config
+    from lab.data.datamodule import validate_data_config
+    from lab.model.compile import split_compile_option
+    from lab.model.heads import head_config
+    from lab.model.mtp import model_config, trunk_layers
+    from lab.objective.objective import Objective
+
+    def plain(group: str) -> dict:
+        return OmegaConf.to_container(cfg[group], resolve=True)
+
+    check_run_config(cfg)
+    data = validate_data_config(**plain("data"))  # local files: exist and are not empty
+    head = head_config(plain("head"))
+    model, _ = split_compile_option(plain("model"))
+    model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
+    trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
+    Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k)
+    check_horizons_fit(head.k, data.seq_len)
+    if cfg.ckpt_path not in (None, "last"):
+        from lab.checkpoint import load_checkpoint
+
+        load_checkpoint(cfg.ckpt_path)  # damaged or unsafe file: one line now, not after the run dir is made

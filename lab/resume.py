@@ -1,0 +1,89 @@
+"""`lab-resume SWEEP_DIR`: finish a sweep whose jobs were killed or failed, then rebuild its report.
+
+Every job whose run.json is missing or not `ok` is run again in its own directory with its own
+overrides and `ckpt_path=last`: the ordinary resume path of `lab-train` (continue from
+`<job dir>/checkpoints/last.ckpt`, or start from step 0 when the job died before its first
+checkpoint). Jobs that finished are left untouched. Bad input ends with one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from lab.report.records import ReportError, collect_sweep, hydra_job_settings
+
+DROPPED = ("ckpt_path", "hydra.run.dir", "hydra.sweep.dir", "hydra.mode", "hydra.job.num")  # replaced below
+
+
+def job_status(job_dir: Path) -> str:
+    run_json = job_dir / "run.json"
+    if not run_json.exists():
+        return "no run.json"
+    try:
+        return str(json.loads(run_json.read_text()).get("status"))
+    except json.JSONDecodeError:
+        return "unreadable run.json"
+
+
+def resume_argv(job_dir: Path, sweep_dir: Path) -> list[str]:
+    """The job's own overrides, as one RUN-mode job in its directory, resuming from last.ckpt."""
+    overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+    kept = [str(o) for o in overrides if str(o).partition("=")[0].lstrip("+~") not in DROPPED]
+    num = (hydra_job_settings(job_dir).get("job") or {}).get("num")
+    extra = [f"hydra.job.num={num}"] if isinstance(num, int) else []
+    return [*kept, "hydra.mode=RUN", f"hydra.run.dir={job_dir.resolve()}", f"hydra.sweep.dir={sweep_dir.resolve()}", *extra,
+            "ckpt_path=last"]
+
+
+def unfinished(sweep_dir: Path) -> list[tuple[Path, str]]:
+    sweep = collect_sweep(sweep_dir)
+    jobs = [sweep_dir / record["run_dir"] for record in sweep.records]
+    return [(job, job_status(job)) for job in jobs if job_status(job) != "ok"]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="lab-resume", description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", help="a sweep directory written by `lab-train -m` or an experiment")
+    parser.add_argument("--dry-run", action="store_true", help="list the jobs that would be re-run, run nothing")
+    return parser.parse_args(argv)
+
+
+def rerun(job_dir: Path, sweep_dir: Path, status: str, dry_run: bool) -> bool:
+    """Run one job again through `lab-train` (in the directory it first ran in); True when it ends ok."""
+    command = [sys.executable, "-m", "lab.train", *resume_argv(job_dir, sweep_dir)]
+    print(f"resuming {job_dir.name} ({status}): lab-train {' '.join(command[3:])}", flush=True)
+    if dry_run:
+        return True
+    cwd = (hydra_job_settings(job_dir).get("runtime") or {}).get("cwd")  # relative paths in the overrides
+    result = subprocess.run(command, cwd=cwd if cwd and Path(cwd).is_dir() else None)
+    return result.returncode == 0 and job_status(job_dir) == "ok"
+
+
+def main(argv: list[str] | None = None) -> None:
+    from lab.report.build import build_sweep_report
+
+    args = parse_args(argv)
+    sweep_dir = Path(args.sweep_dir)
+    try:
+        todo = unfinished(sweep_dir)
+        print(f"lab-resume: {len(todo)} unfinished or failed job(s) in {sweep_dir}")
+        still_failed = sum(not rerun(job_dir, sweep_dir, status, args.dry_run) for job_dir, status in todo)
+        if args.dry_run:
+            return
+        report = build_sweep_report(sweep_dir)
+    except ReportError as error:  # not a sweep, or (after the re-runs) no completed job to report on
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed)")
+    if still_failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

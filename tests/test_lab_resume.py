@@ -1,0 +1,74 @@
+"""`lab-resume SWEEP_DIR`: a sweep whose second job was SIGKILLed is finished from that job's last.ckpt."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+
+from tests.cli import TINY, read_run
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS, KILL_AT = 8, 4
+
+
+class StallOnce(pl.Callback):
+    """In the `head` job only, and only the first time: once the step-`step` checkpoint is written,
+    write `marker` and wait to be killed (a resumed run finds the marker and goes on)."""
+
+    def __init__(self, step: int, marker: str, head: str):
+        self.step, self.marker, self.head = step, Path(marker), head
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if pl_module.hparams.head["name"] == self.head and trainer.global_step == self.step and not self.marker.exists():
+            self.marker.write_text(str(self.step))
+            time.sleep(300)
+
+
+@pytest.mark.slow
+def test_lab_resume_finishes_a_sweep_with_one_killed_job(tmp_path, cache_dir):
+    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
+    sweep, marker = tmp_path / "sweep", tmp_path / "stalled"
+    tiny = [o for o in TINY if not o.startswith("trainer.max_steps")]
+    overrides = [
+        "-m", *tiny, "head=linear,parallel", "head.k=2", f"trainer.max_steps={STEPS}", f"callbacks.checkpoint.every_n_train_steps={KILL_AT}",
+        "+callbacks.stall._target_=tests.test_lab_resume.StallOnce", f"+callbacks.stall.step={KILL_AT}",
+        f"+callbacks.stall.marker={marker}", "+callbacks.stall.head=parallel", f"hydra.sweep.dir={sweep}",
+    ]
+    process = subprocess.Popen([sys.executable, "-m", "lab.train", *overrides], cwd=tmp_path, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert process.poll() is None, f"the sweep ended before job 1's checkpoint: {process.stderr.read()[-3000:]}"
+            assert time.monotonic() < deadline, "job 1 never reached its checkpoint"
+            time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGKILL)  # the whole sweep dies mid-job
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    done, killed = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / ".hydra").exists())
+    assert read_run(done)["status"] == "ok" and not (killed / "run.json").exists() and not (sweep / "report.md").exists()
+    done_record = (done / "run.json").read_bytes()
+
+    result = subprocess.run([sys.executable, "-m", "lab.resume", str(sweep)], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"1 unfinished or failed job(s) in {sweep}" in result.stdout and f"resuming {killed.name} (no run.json)" in result.stdout
+    assert "ckpt_path=last" in result.stdout and "no checkpoint at" not in result.stderr  # it resumed, not restarted
+    record = read_run(killed)
+    assert record["status"] == "ok" and record["manifest"]["weight_position"]["step"] == STEPS
+    assert (done / "run.json").read_bytes() == done_record  # the finished job was not run again
+    assert "report: " in result.stdout and "(2 ok, 0 failed)" in result.stdout
+    rows = (sweep / "runs.csv").read_text().splitlines()
+    assert len(rows) == 3 and all(",ok," in row for row in rows[1:])
+    assert json.loads((killed / "run.json").read_text())["overrides"][0].startswith("model.d_model")

@@ -129,7 +129,7 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[tuple[str, str
     lines += ["", "## Jobs", "", *md_table(*run_table(sweep, variants))]
     if sweep.failed:
         lines += ["", "## Failed jobs", ""]
-        lines += [f"- job {r['job']} `{r['run_dir'] or r['name']}`: **failed**: {r['error']}" for r in sweep.failed]
+        lines += [f"- job {r['job']} `{r['run_dir'] or r['name']}`: **{r['status']}**: {r['error']}" for r in sweep.failed]
     lines += ["", "## Figures", ""]
     for name, caption, path in figures:
         if path is None:

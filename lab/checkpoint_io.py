@@ -9,13 +9,13 @@ tool does not need it.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from lab.checkpoint import content_digest
+from lab.files import create_partial, fsync_dir, os_error_in
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
@@ -33,31 +33,21 @@ class SafeCheckpointIO(TorchCheckpointIO):
         checkpoint = {**checkpoint, "mtp_digest": content_digest(checkpoint)}
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+        fd, tmp = create_partial(path)
         try:
             with os.fdopen(fd, "wb") as file:
                 self._write(checkpoint, file)
                 file.flush()
                 os.fsync(file.fileno())
             os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+        except BaseException as error:
+            tmp.unlink(missing_ok=True)
+            cause = os_error_in(error)
+            if cause is not None and cause.errno is not None and (cause is not error or cause.filename is None):
+                # torch's zip writer turns a failed write (e.g. a full disk) into "unexpected pos N vs M"
+                raise OSError(cause.errno, cause.strerror, str(path)) from error
             raise
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
     def _write(self, checkpoint: dict, file) -> None:
         torch.save(checkpoint, file)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename itself durable (best effort: not every platform can open a folder)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

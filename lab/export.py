@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 
 from lab.checkpoint import check_state_aliases, load_checkpoint, plain
 from lab.errors import ConfigError
+from lab.files import honour_umask
 from lab.model.mtp import MTPModel, build_model
 
 RELEASE_FORMAT = 1
@@ -150,6 +151,7 @@ def write_release(out: Path, tensors: dict, config: dict, record: dict, tokenize
     tmp.mkdir(parents=True)
     try:
         save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
+        honour_umask(tmp / "model.safetensors")  # safetensors creates it 0600
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         (tmp / "release.json").write_text(json.dumps(record, indent=2, sort_keys=True))
         if tokenizer_json is not None:

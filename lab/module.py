@@ -71,7 +71,6 @@ class MTPLitModule(pl.LightningModule):
         # often the step measures saved-tensor memory (MemoryMetrics; None = never).
         self.step_probes: list[StepProbe] = []
         self.memory_every_n_steps: int | None = None
-        self._steps_this_fit = 0
 
     # ---- distributed helpers (for callbacks) ------------------------------------------
     @property
@@ -86,15 +85,17 @@ class MTPLitModule(pl.LightningModule):
         return Progress(step=self.global_step, consumed_tokens=self.consumed_tokens, total_steps=self.total_steps)
 
     def measures_memory(self) -> bool:
-        """Saved-tensor memory is measured on the first step of every fit and every `memory_every_n_steps` steps."""
+        """Saved-tensor memory is measured at step 0 and every `memory_every_n_steps` steps of the run.
+
+        The schedule follows the run's step, not the process: a resumed run measures the same
+        steps as an uninterrupted one, so their metrics.csv files are equal (issue 13)."""
         n = self.memory_every_n_steps
-        return n is not None and (self._steps_this_fit == 0 or self.global_step % n == 0)
+        return n is not None and self.global_step % n == 0
 
     def training_step(self, batch, batch_idx):
         outputs = train_step(self.model, self.objective, batch, self.progress(), LightningOptimization(self),
                              probes=self.step_probes, measure_memory=self.measures_memory())
         self.consumed_tokens += outputs.tokens
-        self._steps_this_fit += 1
         if logs_this_step(self._trainer):  # self.log costs; steps whose values no logger receives skip it
             self.log("train/objective", outputs.loss.to(torch.float32), prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
             self.log("train/loss", self.next_token_loss(outputs).to(torch.float32), prog_bar=True, on_step=True, on_epoch=False,
@@ -133,7 +134,6 @@ class MTPLitModule(pl.LightningModule):
         self._loaded_aliases = (checkpoint.get("mtp_manifest") or {}).get("aliases")
 
     def on_train_start(self):
-        self._steps_this_fit = 0
         if getattr(self, "_pending_rng", None) is not None:
             restore_rng_states(self._pending_rng)
             self._pending_rng = None

@@ -24,6 +24,8 @@ from lab.csv_history import keep_csv_history
 from lab.errors import ConfigError
 from lab.preflight import experiment_listing, preflight
 from lab.resolvers import register_resolvers
+from lab.run_attempts import begin_attempt, close_attempt, failure_reason, final_value, nothing_left
+from lab.run_guard import check_paths
 from lab.run_record import RunRecord
 from lab.wandb_status import finish_wandb, mark_wandb_run_failed
 
@@ -62,18 +64,27 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     return datamodule, module
 
 
-def build_and_fit(cfg: DictConfig, record: RunRecord):
-    from lab.callbacks.throughput import TokenThroughput
+def prepare(cfg: DictConfig, record: RunRecord):
+    """Every check, the checkpoint's included, before the run dir is touched: (datamodule, module, ckpt path, its step)."""
     from lab.checkpoint import build_manifest, validate_checkpoint
-    from lab.checkpoint_io import SafeCheckpointIO
 
+    check_paths(cfg)
     datamodule, module = build(cfg, record)
     ckpt_path = resolve_ckpt_path(cfg)
     resume_step = None
     if ckpt_path is not None:
         # Refuse a damaged file or another experiment's checkpoint before the Trainer touches the run dir.
         resume_step = int(validate_checkpoint(ckpt_path, build_manifest(module, datamodule), module)["global_step"])
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    return datamodule, module, ckpt_path, resume_step
+
+
+def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str | None, resume_step: int | None):
+    from lab.callbacks.run_heartbeat import RunHeartbeat
+    from lab.callbacks.throughput import TokenThroughput
+    from lab.checkpoint import build_manifest
+    from lab.checkpoint_io import SafeCheckpointIO
+
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [RunHeartbeat(record)]
     if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a progress-bar callback then
         from pytorch_lightning.callbacks import ProgressBar
 
@@ -86,12 +97,12 @@ def build_and_fit(cfg: DictConfig, record: RunRecord):
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[SafeCheckpointIO()])
     with quiet_csv_overwrite(previous_metrics, resuming=resume_step is not None):
         for logger in loggers:  # wandb's run config and the CSV logger's hparams.yaml carry the model's cost
-            logger.log_hyperparams({"cost": record.payload.get("cost", {})})
+            logger.log_hyperparams({"cost": record.fields.get("cost", {})})
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     record.update(manifest=build_manifest(module, datamodule))  # with the final weight-schedule position
     measured = [c.summary() for c in callbacks if isinstance(c, TokenThroughput)]
     if measured:
-        record.update(cost={**record.payload.get("cost", {}), **measured[0]})
+        record.update(cost={**record.fields.get("cost", {}), **measured[0]})
     return trainer
 
 
@@ -119,36 +130,44 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
 def run(cfg: DictConfig) -> float | None:
     quiet_environment()  # also in launcher worker processes, which never run main()
     register_resolvers()  # a joblib worker process imports this module afresh
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    record = RunRecord(run_dir)
-    record.update(config=OmegaConf.to_container(cfg, resolve=True), overrides=list(HydraConfig.get().overrides.task))
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    record = RunRecord(run_dir, list(hydra_cfg.overrides.task))
+    record.update(config=OmegaConf.to_container(cfg, resolve=True))
+    attempt = None  # set once this attempt is accepted and recorded as running
     try:
-        trainer = build_and_fit(cfg, record)
+        datamodule, module, ckpt_path, resume_step = prepare(cfg, record)
+        done = nothing_left(cfg, record, resume_step)
+        if done is not None:
+            record.nothing_to_do(done)
+            print(f"nothing to do: {run_dir}: {done}", file=sys.stderr)
+            return final_value(record.previous.get("final_metrics") or {})
+        attempt = begin_attempt(record, cfg, run_dir, ckpt_path, resume_step)
+        trainer = fit(cfg, record, datamodule, module, ckpt_path, resume_step)
     except Exception as error:
-        reason = f"config error: {error}" if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
-        record.finish("failed", reason)
+        reason = failure_reason(error, cfg, run_dir)
+        reason += close_attempt(record, attempt, "failed", reason)
         mark_wandb_run_failed(reason)
         finish_wandb()
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
+        if hydra_cfg.mode == RunMode.MULTIRUN:
             # Recorded as failed in run.json; returning (not raising) lets the sweep go on and
             # the report callback run: Hydra's basic and joblib launchers re-raise the first job
             # exception after the batch, which would skip the remaining batches and on_multirun_end.
-            print(f"error: job {HydraConfig.get().job.num} ({' '.join(HydraConfig.get().overrides.task)}): {reason}", file=sys.stderr)
+            print(f"error: job {hydra_cfg.job.num} ({' '.join(hydra_cfg.overrides.task)}): {reason}", file=sys.stderr)
             return None
-        if isinstance(error, ConfigError):
-            print(f"error: {error}", file=sys.stderr)
-            sys.exit(2)
+        if isinstance(error, (ConfigError, OSError)):
+            print(f"error: {error if isinstance(error, ConfigError) else reason}", file=sys.stderr)
+            sys.exit(1 if attempt is not None and not isinstance(error, ConfigError) else 2)  # 1: a fault mid-run
         raise
     except BaseException as error:  # KeyboardInterrupt, SystemExit: stop everything, sweep included
-        record.finish("failed", f"{type(error).__name__}: {error}")
+        close_attempt(record, attempt, "failed", f"{type(error).__name__}: {error}")
         finish_wandb()
         raise
     record.finish("ok", metrics=trainer.callback_metrics)
     wandb_run = current_wandb_run()
     finish_wandb()
     print(summary_line(run_dir, trainer.callback_metrics, trainer.global_step, time.time() - record.started, wandb_run), flush=True)
-    value = trainer.callback_metrics.get("val/loss")
-    return None if value is None else float(value)
+    return final_value(trainer.callback_metrics)
 
 
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")

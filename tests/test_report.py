@@ -4,6 +4,7 @@ import csv
 import hashlib
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -254,3 +255,23 @@ def test_cost_table_and_matching_findings(fake_sweep):
     assert [float(r["params_total"]) for r in rows[:3]] == [1_000_000] * 3 and rows[3]["blocks_trunk"] == "2"
     html = (fake_sweep / "report.html").read_text()
     assert "Cost per variant" in html and "1.200 M" in html
+
+
+def test_a_job_left_running_is_interrupted_with_its_last_step_unless_its_process_lives(fake_sweep):
+    import socket
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)  # that process has exited
+    killed = fake_job(fake_sweep, 10, "ntp", 5, status="running")  # metrics.csv up to step 7
+    alive = fake_job(fake_sweep, 11, "ntp", 6, status="running")
+    for run_dir, pid in ((killed, dead_pid), (alive, os.getpid())):
+        payload = json.loads((run_dir / "run.json").read_text())
+        (run_dir / "run.json").write_text(json.dumps({**payload, "pid": pid, "host": socket.gethostname()}))
+    records = {r["job"]: r for r in collect_sweep(fake_sweep).records}
+    assert records[10]["status"] == "interrupted"
+    assert records[10]["error"] == f"interrupted (pid {dead_pid} on {socket.gethostname()} is gone); last logged step 7"
+    assert records[11]["status"] == "running" and records[11]["error"].startswith(f"still running (pid {os.getpid()} on")
+    build_sweep_report(fake_sweep)
+    rows = {r["job"]: r for r in csv.DictReader((fake_sweep / "runs.csv").open())}
+    assert rows["10"]["status"] == "interrupted" and rows["10"]["steps_logged"] == "8"
+    assert "**interrupted**: interrupted (pid" in (fake_sweep / "report.md").read_text()

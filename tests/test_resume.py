@@ -31,13 +31,14 @@ STEPS, KILL_AT = 8, 4
 
 
 class StallAfterStep(pl.Callback):
-    """Test hook for run B: once the step-`step` checkpoint is written, say so and wait to be killed."""
+    """Test hook for run B: once the step-`step` checkpoint is in place, say so and wait to be killed."""
 
     def __init__(self, step: int, marker: str):
         self.step, self.marker = step, Path(marker)
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step == self.step:  # ModelCheckpoint saved in the previous on_train_batch_end
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        # The step-`step` checkpoint becomes last.ckpt when the next step starts (lab/callbacks/recorded_checkpoint.py).
+        if trainer.global_step == self.step + 1:
             self.marker.write_text(str(self.step))
             time.sleep(300)
 
@@ -124,7 +125,7 @@ def test_killed_run_resumes_bitwise(tmp_path, cache_dir, monkeypatch):
     run_a, run_b, marker = tmp_path / "a", tmp_path / "b", tmp_path / "stalled"
     run_and_kill(job(corpus, run_a), job(corpus, run_b), marker, cache_dir, tmp_path)
     before = torch.load(run_b / "checkpoints" / "last.ckpt", weights_only=True)
-    assert before["global_step"] == KILL_AT and not (run_b / "run.json").exists()
+    assert before["global_step"] == KILL_AT and read_run(run_b)["status"] == "running"  # killed: never finished
 
     resumed = lab_train(*job(corpus, run_b), "ckpt_path=last", cache_dir=cache_dir, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

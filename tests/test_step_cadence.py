@@ -1,6 +1,6 @@
 """Per-step work only where it is logged (issue 21): the meter is sampled, metrics go out on logging steps.
 
-- The saved-tensor meter runs on the first step of a fit and every `every_n_steps` steps
+- The saved-tensor meter runs at step 0 and every `every_n_steps` steps of the run (resumed or not)
   (`saved_peak_bytes` is None elsewhere), and a sampled peak equals the peak measured when
   every step is metered (same weights, same batch: the sampling changes nothing it measures).
 - Through the real CLI: `train/*` rows only on Lightning's logging steps, `mem/*` rows only on
@@ -41,11 +41,12 @@ def test_the_meter_runs_on_sampled_steps_only_and_measures_the_same(tmp_path, ti
     sampled = peaks(cfg, tmp_path / "sampled", every=3, max_steps=7)
     assert all(isinstance(p, int) and p > 0 for p in every_step)
     assert sampled == [every_step[s] if s % 3 == 0 else None for s in range(7)]
-    # A resumed fit measures its first step too: 3 steps (checkpoint at step 3), then steps 3..6 with every=5.
+    # A resumed fit follows the run's schedule, not the process's: 3 steps (checkpoint at step 3), then
+    # steps 3..6 with every=5 measure step 5 only, exactly as an uninterrupted run would (equal metrics.csv).
     first = peaks(cfg, tmp_path / "first", every=5, max_steps=3)
     resumed = peaks(cfg, tmp_path / "first", every=5, max_steps=7, ckpt_path=str(tmp_path / "first" / "checkpoints" / "last.ckpt"))
     assert first == [every_step[0], None, None]
-    assert resumed == [every_step[3], None, every_step[5], None]
+    assert resumed == [None, None, every_step[5], None]
 
 
 def test_cli_logs_train_metrics_on_logging_steps_and_memory_on_sampled_steps(tmp_path, cache_dir):

@@ -1,8 +1,8 @@
 """Memory metrics, sampled: the logical `mem/logits_live_bytes` and the measured `mem/saved_peak_bytes`.
 
 The saved-tensor meter hooks every tensor autograd saves, which costs Python work per tensor;
-so it runs only on the first step of a fit and every `every_n_steps` steps (like the gradient
-diagnostics), and ordinary steps pay nothing. On a measured step both numbers (plus the CUDA
+so it runs only at step 0 and every `every_n_steps` steps of the run, resumed or not (like the
+gradient diagnostics), and ordinary steps pay nothing. On a measured step both numbers (plus the CUDA
 allocator peak on GPU) go straight to every logger at the step they describe, and into the
 callback metrics (run.json's final metrics). `every_n_steps` is `callbacks.liveness.every_n_steps`.
 """

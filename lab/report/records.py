@@ -6,8 +6,9 @@ A record is a dict with a fixed shape, whatever its source:
     name        str   job directory name (or wandb run name)
     run_dir     str   path relative to the sweep directory ('' for wandb runs)
     overrides   list  the job's Hydra task overrides, e.g. ["head=parallel", "seed=1"]
-    status      str   "ok" | "failed"
-    error       str   failure reason (None when ok)
+    status      str   "ok" | "failed" | "interrupted" (run.json still says running, its process is gone)
+                      | "running" (its process is alive on this host)
+    error       str   failure reason, or where an interrupted job stopped (None when ok)
     run_time_s  float wall time of the job (None when unknown)
     head, k, reduction, weights, schedule, seed   from the run manifest / config
     final       dict  final metrics {name: float} (empty for a failed job)
@@ -25,7 +26,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,6 +176,8 @@ def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
     record["overrides"] = [str(o) for o in payload.get("overrides") or record["overrides"]]
     record["status"] = "ok" if payload.get("status") == "ok" else "failed"
     record["error"] = payload.get("error") or (None if record["status"] == "ok" else f"status {payload.get('status')!r}")
+    if payload.get("status") == "running":
+        record["status"], record["error"] = running_status(payload, record["history"])
     record["run_time_s"] = to_float(payload.get("run_time_s"))
     record["final"] = {name: float(value) for name, value in (payload.get("final_metrics") or {}).items() if to_float(value) is not None}
     record["parameters"] = payload.get("parameters") or {}
@@ -181,6 +186,29 @@ def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
     config = payload.get("config") or {}
     record.update(fields_from(manifest, config))
     return record
+
+
+def process_alive(pid, host) -> bool:
+    """Whether `pid` still runs (only knowable on its own host; a pid reused since is taken as alive)."""
+    if host != socket.gethostname() or not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_status(payload: dict, history: dict) -> tuple[str, str]:
+    """(status, reason) of a job whose run.json says running: alive, or interrupted (killed) with its last step."""
+    steps = [series[-1][0] for series in history.values() if series]
+    last = f"last logged step {max(steps)}" if steps else "no step logged"
+    where = f"pid {payload.get('pid')} on {payload.get('host')}"
+    if process_alive(payload.get("pid"), payload.get("host")):
+        return "running", f"still running ({where}); {last}"
+    return "interrupted", f"interrupted ({where} is gone); {last}"
 
 
 def fields_from(manifest: dict, config: dict) -> dict:

@@ -152,8 +152,8 @@ def spike_findings(sweep: Sweep) -> list[str]:
 
 
 def failed_job_lines(sweep: Sweep) -> list[str]:
-    """One Markdown line per failed job: number, directory, reason."""
-    return [f"job {r['job']} `{r['run_dir'] or r['name']}`: **failed**: {r['error']}" for r in sweep.failed]
+    """One Markdown line per job that did not finish (failed, interrupted, running): number, directory, status, reason."""
+    return [f"job {r['job']} `{r['run_dir'] or r['name']}`: **{r['status']}**: {r['error']}" for r in sweep.failed]
 
 
 def run_table(sweep: Sweep, variants: list[Variant]) -> tuple[list[str], list[list[str]]]:

@@ -1,0 +1,123 @@
+"""Start-up checks of the paths a run uses, and faults as one line naming the path and the cause.
+
+- `RunDirGuard` (a Hydra callback, conf/hydra/default.yaml) refuses an unwritable run or
+  sweep directory before Hydra configures its log file there (which would end in
+  `ValueError: Unable to configure handler 'file'`), and keeps a run directory's `.hydra/`
+  files those of its first attempt: a resume (`hydra.run.dir=<existing run> ckpt_path=last`)
+  records its own overrides in run.json's `attempts` instead of replacing the run's.
+- `check_paths` checks, before anything is built, that the corpus files can be read and the
+  cache folder can be written.
+- `fault_reason` turns an OSError (permission denied, no space left on device, read-only
+  file system, ...) into `<field>: cannot <access> <path>: <cause>`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from lab.errors import ConfigError
+
+HYDRA_SUBDIR_MARKER = "overrides.yaml"
+
+
+def cause(error: OSError) -> str:
+    """"permission denied", "no space left on device", ... (the OS's words, lower case)."""
+    if error.errno is not None:
+        return os.strerror(error.errno).lower()
+    return str(error.strerror or error).lower()
+
+
+def require_writable(folder: Path, field: str) -> None:
+    """Create `folder` if needed and create/remove a probe file in it; refuse with one line otherwise."""
+    folder = Path(folder)
+    probe = folder / f".write-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(field, f"cannot write {error.filename or folder}: {cause(error)}") from None
+
+
+def require_readable(file: Path, field: str) -> None:
+    try:
+        with open(file, "rb") as handle:
+            handle.read(1)
+    except FileNotFoundError:
+        return  # the source's own check names a missing file
+    except OSError as error:
+        raise ConfigError(field, f"cannot read {file}: {cause(error)}") from None
+
+
+def local_corpus_files(data: dict) -> list[Path]:
+    if data.get("source") in (None, "stdlib", "hub") or data.get("path") is None:
+        return []
+    paths = [data["path"]] if isinstance(data["path"], (str, os.PathLike)) else list(data["path"])
+    return [Path(os.path.expanduser(str(p))) for p in paths]
+
+
+def check_paths(cfg: DictConfig) -> None:
+    """Corpus files readable, cache folder writable: checked before the run dir is touched."""
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    for file in local_corpus_files(data):
+        require_readable(file, "data.path")
+    if data.get("cache_dir"):
+        require_writable(Path(os.path.expanduser(str(data["cache_dir"]))), "data.cache_dir")
+
+
+def fault_field(path: str | None, cfg: DictConfig, run_dir: Path) -> str:
+    """The setting a faulty path belongs to (the most specific folder wins)."""
+    if not path:
+        return "io"
+    path = os.path.abspath(path)
+    candidates = {"checkpoint": OmegaConf.select(cfg, "callbacks.checkpoint.dirpath"), "hydra.run.dir": str(run_dir)}
+    candidates["data.cache_dir"] = OmegaConf.select(cfg, "data.cache_dir")
+    candidates.update({"data.path": str(file) for file in local_corpus_files(OmegaConf.to_container(cfg.data, resolve=True))})
+    best, best_len = "io", -1
+    for field, root in candidates.items():
+        if not root:
+            continue
+        root = os.path.abspath(os.path.expanduser(str(root)))
+        if (path == root or path.startswith(root.rstrip(os.sep) + os.sep)) and len(root) > best_len:
+            best, best_len = field, len(root)
+    return best
+
+
+def fault_reason(error: OSError, cfg: DictConfig, run_dir: Path) -> str:
+    """`<field>: cannot access <path>: <cause>` for an OSError raised while a run starts or trains."""
+    path = error.filename
+    verb = "write" if error.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT) else "access"
+    return f"{fault_field(path, cfg, run_dir)}: cannot {verb} {path or '(unknown path)'}: {cause(error)}"
+
+
+def refuse(field: str, message: str) -> None:
+    print(f"error: {field}: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+class RunDirGuard(Callback):
+    """Hydra callback: unwritable run/sweep dirs are refused; a re-attempt keeps the run's `.hydra/` files."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        run_dir = Path(str(config.hydra.run.dir)).absolute()
+        try:
+            require_writable(run_dir, "hydra.run.dir")
+        except ConfigError as error:
+            refuse(error.field, error.message)
+        subdir = config.hydra.output_subdir
+        if subdir is not None and (run_dir / str(subdir) / HYDRA_SUBDIR_MARKER).is_file():
+            with read_write(config.hydra), open_dict(config.hydra):
+                config.hydra.output_subdir = None  # run.json's attempts hold this attempt's overrides
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            require_writable(Path(str(config.hydra.sweep.dir)).absolute(), "hydra.sweep.dir")
+        except ConfigError as error:
+            refuse(error.field, error.message)

@@ -1,0 +1,137 @@
+"""Chaos acceptance test: a sweep job killed five times, refused once, resumed when finished.
+
+Sweep A runs 2 jobs uninterrupted. Sweep B runs the same 2 jobs; job 1 is SIGKILLed by its
+own process (tests/chaos_hooks.py) at five named points — after a training step, during a
+validation, while a checkpoint is being written, before a staged checkpoint is renamed into
+place, after the final checkpoint — and resumed after each kill with the README's
+sweep-resume recipe. Then a resume with a wrong override is refused, and a resume of the
+finished job has nothing to do. B's report, runs.csv and every job's metrics.csv must equal
+A's (time-dependent columns aside), no temp file may remain, and run.json must hold every
+attempt.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.report.records import collect_sweep
+from tests.cli import TINY, read_run
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS, EVERY, VAL_EVERY = 12, 2, 4  # checkpoints at 2, 4, ..., validations after steps 4, 8, 12
+# (point, global step): the point's step, then where the next attempt resumes from.
+KILLS = [("batch_end", 3), ("validation", 4), ("checkpoint_write", 6), ("batch_start", 6), ("train_end", 12)]
+KILLED_JOB = "1-ntp-k1"  # <job num>-<run_name>: the second job of the sweep
+TIME_COLUMNS = re.compile(r"^(run_time_s|.*tokens_per_s)$")  # wall-clock values: never equal between two runs
+
+
+def sweep_overrides() -> list[str]:
+    tiny = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))]
+    return [
+        *tiny, f"trainer.max_steps={STEPS}", f"trainer.val_check_interval={VAL_EVERY}",
+        f"callbacks.checkpoint.every_n_train_steps={EVERY}", "+callbacks.chaos._target_=tests.chaos_hooks.KillAt",
+        "seed=0,1",
+    ]
+
+
+def env(cache_dir: Path, kill: str | None = None) -> dict:
+    out = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+    out.pop("MTP_LAB_KILL_AT", None)
+    if kill is not None:
+        out.update(MTP_LAB_KILL_AT=kill, MTP_LAB_KILL_DIR=KILLED_JOB)
+    return out
+
+
+def sweep(sweep_dir: Path, cwd: Path, cache_dir: Path, kill: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lab.train", "-m", *sweep_overrides(), f"hydra.sweep.dir={sweep_dir}"],
+        cwd=cwd, env=env(cache_dir, kill), capture_output=True, text=True, timeout=600,
+    )
+
+
+def resume(job: Path, cwd: Path, cache_dir: Path, *extra: str, kill: str | None = None) -> subprocess.CompletedProcess:
+    """The README's sweep-resume recipe, verbatim (plus `extra` overrides)."""
+    recipe = f"lab-train $(sed -n 's/^- //p' $JOB/.hydra/overrides.yaml) hydra.mode=RUN hydra.run.dir=$JOB ckpt_path=last {' '.join(extra)}"
+    script = f"lab-train() {{ {sys.executable} -m lab.train \"$@\"; }}; JOB={job}; {recipe}"
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=env(cache_dir, kill), capture_output=True, text=True, timeout=600)
+
+
+def csv_rows(text: str) -> list[dict]:
+    """Rows without wall-clock columns (throughput, run time): those differ between any two runs."""
+    return [{k: v for k, v in row.items() if not TIME_COLUMNS.match(k)} for row in csv.DictReader(io.StringIO(text))]
+
+
+def report_text(sweep_dir: Path) -> str:
+    """report.md without the sweep's own path and wall-clock figures (table columns headed '... time ...')."""
+    text = (sweep_dir / "report.md").read_text().replace(str(sweep_dir), "SWEEP")
+    text = re.sub(r"summed job run time: [0-9.]+ s", "summed job run time: T s", text)
+    lines, timed = [], set()
+    for line in text.splitlines():
+        cells = line.split("|")
+        if line.startswith("|") and not timed and "time" in line:
+            timed = {i for i, cell in enumerate(cells) if "time" in cell}
+        elif not line.startswith("|"):
+            timed = set()
+        elif not set(line) <= set("|-: "):
+            cells = [" T " if i in timed else cell for i, cell in enumerate(cells)]
+        lines.append("|".join(cells))
+    return "\n".join(lines)
+
+
+@pytest.mark.slow
+def test_killed_refused_and_finished_resumes_leave_the_sweep_records_of_an_uninterrupted_sweep(tmp_path, cache_dir):
+    a, b = tmp_path / "a", tmp_path / "b"
+    done = sweep(a, tmp_path, cache_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    first = sweep(b, tmp_path, cache_dir, kill="%s@%d" % KILLS[0])
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]  # SIGKILL: job 1 dies, the sweep with it (no report yet)
+    job = b / KILLED_JOB
+    original_overrides = (job / ".hydra" / "overrides.yaml").read_text()
+    killed = {r["job"]: r for r in collect_sweep(b).records}[1]
+    assert killed["status"] == "interrupted" and "last logged step" in killed["error"], killed["error"]
+    assert read_run(job)["status"] == "running" and read_run(job)["pid"] and read_run(job)["host"]
+
+    for point, step in KILLS[1:]:
+        out = resume(job, tmp_path, cache_dir, kill=f"{point}@{step}")
+        assert out.returncode == 128 + signal.SIGKILL, (point, out.stderr[-3000:])  # bash reports its killed child
+        if point == "checkpoint_write":
+            assert list((job / "checkpoints").glob(".*.partial")), "the kill must leave an orphaned temp file"
+        if point == "batch_start":
+            assert list((job / "checkpoints").glob(".*.staged")), "the kill must leave an unpublished checkpoint"
+    out = resume(job, tmp_path, cache_dir)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    before = {p.name: p.read_bytes() for p in [job / "run.json", job / "metrics.csv", job / "checkpoints" / "last.ckpt"]}
+    refused = resume(job, tmp_path, cache_dir, "model.d_model=64")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith("error: checkpoint: model"), refused.stderr[-2000:]
+    finished = resume(job, tmp_path, cache_dir)
+    assert finished.returncode == 0 and "nothing to do" in finished.stderr, finished.stderr[-2000:]
+    assert (job / "metrics.csv").read_bytes() == before["metrics.csv"]
+    assert (job / "checkpoints" / "last.ckpt").read_bytes() == before["last.ckpt"]
+    assert (job / ".hydra" / "overrides.yaml").read_text() == original_overrides  # no ckpt_path=last piling up
+
+    report = subprocess.run([sys.executable, "-m", "lab.report.cli", str(b)], cwd=tmp_path, env=env(cache_dir), capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert csv_rows((b / "runs.csv").read_text()) == csv_rows((a / "runs.csv").read_text())
+    assert report_text(b) == report_text(a)
+    for name in ("0-ntp-k1", KILLED_JOB):
+        assert csv_rows((b / name / "metrics.csv").read_text()) == csv_rows((a / name / "metrics.csv").read_text()), name
+    assert not [p for p in b.rglob("*") if p.name.endswith((".partial", ".staged"))]
+
+    record = read_run(job)
+    statuses = [attempt["status"] for attempt in record["attempts"]]
+    assert statuses == ["interrupted"] * 5 + ["ok", "refused", "nothing_to_do"], statuses
+    assert [attempt["resumed_from_step"] for attempt in record["attempts"][:6]] == [None, 2, 2, 4, 4, 12]
+    assert record["status"] == "ok" and record["final_metrics"] == record["attempts"][5]["final_metrics"]
+    assert record["run_time_s"] > 0 and all(attempt["pid"] and attempt["host"] for attempt in record["attempts"])
+    assert "model.d_model=64" in record["attempts"][6]["overrides"] and "model.d_model=64" not in record["overrides"]

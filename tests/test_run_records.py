@@ -1,0 +1,223 @@
+"""run.json across attempts, file modes, and faults, through the real `lab-train` CLI.
+
+Permission faults need a process that the file modes stop: as root (which ignores them) the
+command runs in a user namespace mapped onto a non-root uid (`unshare --user`). The full
+disk is a real 64 KiB tmpfs mounted in a private mount namespace (`unshare --mount`), where
+the checkpoint folder lives.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cli import TINY, read_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*overrides: str, cache_dir: Path, cwd: Path, prefix: tuple[str, ...] = (), umask: int | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0", "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+        preexec_fn=None if umask is None else (lambda: os.umask(umask)),
+    )
+
+
+def unshare_works(*flags: str) -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", *flags, "true"], capture_output=True).returncode == 0
+
+
+AS_USER = ("unshare", "--user", "--map-user=1000", "--map-group=1000")
+
+
+def unprivileged() -> tuple[str, ...]:
+    """A command prefix under which file modes apply (empty when not root)."""
+    if os.geteuid() != 0:
+        return ()
+    if not unshare_works(*AS_USER[1:]):
+        pytest.skip("running as root without user namespaces: file modes cannot be tested")
+    return AS_USER
+
+
+def last_error_line(out: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    return out.stderr.strip().splitlines()[-1]
+
+
+def test_resumes_append_attempts_and_never_erase_results(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    job = [*TINY, "callbacks.checkpoint.every_n_train_steps=3", f"hydra.run.dir={run}"]
+    first = run_cli(*job, cache_dir=cache_dir, cwd=tmp_path, umask=0o027)
+    assert first.returncode == 0, first.stderr[-3000:]
+    record = read_run(run)
+    overrides = (run / ".hydra" / "overrides.yaml").read_text()
+    metrics = (run / "metrics.csv").read_bytes()
+
+    # Umask 027: every run file, checkpoints included, is 0640 (a temp-file write would make it 0600).
+    for path in (run / "checkpoints" / "last.ckpt", run / "run.json", run / "metrics.csv"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640, path
+
+    refused = run_cli(*job, "ckpt_path=last", "head=linear", "head.k=2", cache_dir=cache_dir, cwd=tmp_path)
+    assert refused.returncode == 2
+    assert last_error_line(refused) == "error: checkpoint: head.name differs: checkpoint has ntp, config has linear"
+    again = run_cli(*job, "ckpt_path=last", cache_dir=cache_dir, cwd=tmp_path)
+    assert again.returncode == 0 and "nothing to do" in again.stderr, again.stderr[-2000:]
+
+    after = read_run(run)
+    for key in ("status", "error", "final_metrics", "run_time_s", "overrides", "config", "manifest", "started_at"):
+        assert after[key] == record[key], key
+    assert [a["status"] for a in after["attempts"]] == ["ok", "refused", "nothing_to_do"]
+    assert after["attempts"][0] == record["attempts"][0]
+    assert after["attempts"][1]["error"].endswith("head.name differs: checkpoint has ntp, config has linear")
+    assert after["attempts"][1]["overrides"][-3:] == ["ckpt_path=last", "head=linear", "head.k=2"]
+    assert after["attempts"][2]["resumed_from_step"] is None and "finished at step 6" in after["attempts"][2]["note"]
+    assert (run / ".hydra" / "overrides.yaml").read_text() == overrides
+    assert "ckpt_path=last" not in yaml.safe_load(overrides)
+    assert (run / "metrics.csv").read_bytes() == metrics
+
+
+def test_longer_resume_sums_run_time_and_keeps_the_first_attempts_results(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    tiny = [o for o in TINY if not o.startswith("trainer.max_steps")]
+    job = [*tiny, "callbacks.checkpoint.every_n_train_steps=3", f"hydra.run.dir={run}"]
+    assert run_cli(*job, "trainer.max_steps=6", cache_dir=cache_dir, cwd=tmp_path).returncode == 0
+    first = read_run(run)
+    out = run_cli(*job, "trainer.max_steps=9", "ckpt_path=last", cache_dir=cache_dir, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = read_run(run)
+    one, two = record["attempts"]
+    assert (one["status"], two["status"], two["resumed_from_step"]) == ("ok", "ok", 6)
+    assert one["final_metrics"] == first["final_metrics"] and record["final_metrics"] == two["final_metrics"]
+    durations = [a["ended_at"] - a["started_at"] for a in (one, two)]
+    assert record["run_time_s"] == pytest.approx(sum(durations)) and record["run_time_s"] > first["run_time_s"]
+
+
+def test_export_honours_the_umask(tmp_path, cache_dir):
+    from lab.export import export
+
+    run = tmp_path / "run"
+    assert run_cli(*TINY, f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path).returncode == 0
+    previous = os.umask(0o027)
+    try:
+        export(run / "checkpoints" / "last.ckpt", tmp_path / "release")
+    finally:
+        os.umask(previous)
+    files = sorted((tmp_path / "release").iterdir())
+    assert files and all(stat.S_IMODE(p.stat().st_mode) == 0o640 for p in files), [(p.name, oct(p.stat().st_mode)) for p in files]
+
+
+# ---- faults ------------------------------------------------------------------------------
+
+
+def test_unreadable_corpus_is_one_line_and_a_failed_record(tmp_path, cache_dir):
+    prefix = unprivileged()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"doc {i}\n" for i in range(40)))
+    corpus.chmod(0)
+    run = tmp_path / "run"
+    out = run_cli(*TINY, "data=text", f"data.path={corpus}", "data.max_docs=null", f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path, prefix=prefix)
+    assert out.returncode == 2
+    assert last_error_line(out) == f"error: data.path: cannot read {corpus}: permission denied"
+    record = read_run(run)
+    assert record["status"] == "failed" and record["error"] == f"config error: data.path: cannot read {corpus}: permission denied"
+
+
+def test_unwritable_cache_dir_is_one_line(tmp_path):
+    prefix = unprivileged()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o555)
+    cache.chmod(0o555)
+    run = tmp_path / "run"
+    out = run_cli(*TINY, f"hydra.run.dir={run}", cache_dir=cache, cwd=tmp_path, prefix=prefix)
+    assert out.returncode == 2
+    assert last_error_line(out).startswith(f"error: data.cache_dir: cannot write {cache}") and out.stderr.strip().endswith("permission denied")
+    assert read_run(run)["status"] == "failed"
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["read-only run dir", "unwritable output dir"])
+def test_unwritable_run_dir_is_one_line(tmp_path, cache_dir, existing):
+    prefix = unprivileged()
+    parent = tmp_path / "outputs"
+    parent.mkdir()
+    run = parent / "run"
+    if existing:
+        run.mkdir()
+        run.chmod(0o555)
+    else:
+        parent.chmod(0o555)
+    out = run_cli(*TINY, f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path, prefix=prefix)
+    assert out.returncode == 2
+    line = last_error_line(out)
+    assert line.startswith("error: hydra.run.dir: cannot write ") and line.endswith(": permission denied"), line
+    assert str(parent) in line and not (run / "run.json").exists()
+
+
+def test_full_disk_mid_run_is_one_line_exit_1_and_a_failed_record(tmp_path, cache_dir):
+    if os.geteuid() != 0 or not unshare_works("--mount"):
+        pytest.skip("needs a private mount namespace to mount a small tmpfs")
+    run, full = tmp_path / "run", tmp_path / "full"
+    full.mkdir()
+    overrides = [*TINY, "callbacks.checkpoint.every_n_train_steps=3", f"callbacks.checkpoint.dirpath={full}", f"hydra.run.dir={run}"]
+    in_tmpfs = ("unshare", "--mount", "sh", "-c", 'mount -t tmpfs -o size=64k tmpfs "$0" && exec "$@"', str(full))
+    out = run_cli(*overrides, cache_dir=cache_dir, cwd=tmp_path, prefix=in_tmpfs)
+    assert out.returncode == 1, out.stderr[-3000:]
+    line = last_error_line(out)
+    assert line.startswith(f"error: checkpoint: cannot write {full}/") and line.endswith(": no space left on device"), line
+    record = read_run(run)
+    assert record["status"] == "failed" and record["error"] == line.removeprefix("error: ")
+    assert json.loads((run / "run.json").read_text())["attempts"][0]["status"] == "failed"
+
+
+# ---- kills at the records' weak points ------------------------------------------------------
+
+
+def kill_env(point: str, run_dir: Path) -> dict:
+    return {"MTP_LAB_KILL_AT": point, "MTP_LAB_KILL_DIR": run_dir.name}
+
+
+def test_kills_during_a_validation_and_a_checkpoint_write_lose_no_row_and_leave_no_temp_file(tmp_path, cache_dir):
+    """Checkpoints and validations after steps 2, 4, 6: each checkpoint waits for its validation's rows."""
+    tiny = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))]
+    job = [*tiny, "trainer.max_steps=6", "trainer.val_check_interval=2", "callbacks.checkpoint.every_n_train_steps=2",
+           "+callbacks.chaos._target_=tests.chaos_hooks.KillAt"]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    base_env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
+    a = subprocess.Popen([sys.executable, "-m", "lab.train", *job, f"hydra.run.dir={whole}"], cwd=tmp_path, env=base_env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for point, resumed_from in (("validation@4", None), ("checkpoint_write@6", 2)):
+            extra = [] if resumed_from is None else ["ckpt_path=last"]
+            out = subprocess.run([sys.executable, "-m", "lab.train", *job, *extra, f"hydra.run.dir={killed}"], cwd=tmp_path,
+                                 env={**base_env, **kill_env(point, killed)}, capture_output=True, text=True, timeout=300)
+            assert out.returncode == -9, (point, out.stderr[-3000:])
+        assert list((killed / "checkpoints").glob(".*.partial")), "the kill must leave an orphaned temp file"
+        out = run_cli(*job, "ckpt_path=last", f"hydra.run.dir={killed}", cache_dir=cache_dir, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert a.wait(timeout=300) == 0, a.stderr.read()[-3000:]
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+
+    def rows(run_dir: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if "tokens_per_s" not in k} for r in csv.DictReader((run_dir / "metrics.csv").open())]
+
+    assert rows(killed) == rows(whole)
+    assert [r["step"] for r in rows(whole) if r.get("val/loss")] == ["1", "3", "5"]  # validations after steps 2, 4 and 6
+    assert not [p.name for p in (killed / "checkpoints").iterdir() if p.name != "last.ckpt"]
+    record = read_run(killed)
+    assert [(a["status"], a["resumed_from_step"]) for a in record["attempts"]] == [("interrupted", None), ("interrupted", 2), ("ok", 4)]
+    untimed = lambda metrics: {k: v for k, v in metrics.items() if "tokens_per_s" not in k and "mfu" not in k}  # noqa: E731
+    assert untimed(record["final_metrics"]) == untimed(read_run(whole)["final_metrics"])

@@ -36,7 +36,8 @@ def model64(head: str, seed: int = 0, vocab: int | None = None, d_model: int = 1
     name, k, extra = HEADS[head]
     torch.manual_seed(seed)
     cfg = model_config(4, vocab=vocab or 37, d_model=d_model)
-    return MTPModel(cfg, head_config({"name": name, "k": k, **extra})).double().eval()
+    # next_token_path matching (the helpers' default): 4 layers carry K = 4 block heads on a 4-layer trunk path.
+    return MTPModel(cfg, head_config({"name": name, "k": k, "compute_match": "next_token_path", **extra})).double().eval()
 
 
 def fit_counting(model, steps: int = 30, vocab: int = 37, seed: int = 0):

@@ -20,8 +20,8 @@ Checked here:
    weight_eff per horizon) equal the 1-process run's, for every policy, every head
    architecture (weighted_pair) and both count scopes; under count_scope=local the
    loss-share weight_eff is Σ_r c_k^r N_k^r / Σ_r Σ_j c_j^r N_j^r, checked by hand;
-5. validation over 5 rows (odd: they don't divide by the 2 ranks) counts every row once:
-   counts, losses and bits equal the 1-process validation.
+5. validation over 5 rows (odd: they don't divide by the 2 ranks) counts every row once, from
+   stored rows and from a stream: counts, losses and bits equal the 1-process validation.
 """
 
 from __future__ import annotations
@@ -82,10 +82,11 @@ def case_list() -> list[dict]:
         {"name": f"head/{name}", "head": head, "reduction": reduction("weighted_pair"), "schedule": schedule("sequential")}
         for name, head in EVERY_HEAD.items()
     ]
-    cases.append(
-        {"name": "validate/odd_rows", "head": PARALLEL_K4, "reduction": reduction("head_mean"), "schedule": schedule("sequential"),
-         "validate": VALIDATION_DATA}
-    )
+    cases += [
+        {"name": f"validate/odd_rows{suffix}", "head": PARALLEL_K4, "reduction": reduction("head_mean"), "schedule": schedule("sequential"),
+         "validate": {**VALIDATION_DATA, **extra}}
+        for suffix, extra in (("", {}), ("_streaming", {"streaming": True}))
+    ]
     cases += [
         {"name": f"schedule/{name}", "head": DEEPSEEK_D2, "reduction": reduction("head_mean"), "schedule": schedule(name)}
         for name in SCHEDULES
@@ -336,8 +337,8 @@ def test_local_count_scope_logs_global_batch_statistics(runs, policy):
 # ---- 5. validation counts every row once ---------------------------------------------------
 
 
-def test_validation_with_rows_not_divisible_by_ranks_counts_each_row_once(runs):
-    name = "validate/odd_rows"
+@pytest.mark.parametrize("name", ["validate/odd_rows", "validate/odd_rows_streaming"])
+def test_validation_with_rows_not_divisible_by_ranks_counts_each_row_once(runs, name):
     ddp, rank1, single = runs["ddp"][name], runs["ddp_rank1"][name], runs["single"][name]
     assert ddp["world_size"] == 2 and single["world_size"] == 1
     assert single["val_rows_this_rank"] == VAL_ROWS

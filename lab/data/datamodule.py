@@ -215,8 +215,8 @@ class LMDataModule(pl.LightningDataModule):
         Lightning's default DistributedSampler pads the set with repeated rows when the rows
         don't divide by the world size; the per-horizon sums are all-reduced afterwards, so a
         repeat would be counted twice. Being a DistributedSampler, this one is kept as is.
-        A streamed validation set (`data.streaming=true`) takes no sampler; StreamingRows hands
-        every rank all of it (not yet split by rank: under DDP its sums count once per rank).
+        A streamed validation set (`data.streaming=true`) takes no sampler: StreamingRows splits
+        it the same way itself (rank k takes rows k, k + W, …).
         """
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1 or self.config.streaming:
             return None  # sequential

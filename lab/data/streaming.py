@@ -93,11 +93,13 @@ class StreamingRows(torch.utils.data.IterableDataset):
 
     def _rank_rows(self) -> Iterator[dict]:
         """Rows of this rank, with `_EPOCH_END` between training epochs."""
-        if not self.train:
-            yield from self._epoch_rows(0)
-            return
         distributed = dist.is_available() and dist.is_initialized()
         world, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+        if not self.train:
+            # Validation: the first max_rows rows of the stream, rank k taking rows k, k+W, k+2W, …, so
+            # every row is validated exactly once over the ranks (shares may differ by one row).
+            yield from itertools.islice(itertools.islice(self._epoch_rows(0), self.max_rows), rank, None, world)
+            return
         for epoch in itertools.count():
             group: list[dict] = []
             n_rows = 0

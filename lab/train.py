@@ -84,11 +84,7 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
     from lab.checkpoint import build_manifest
     from lab.checkpoint_io import SafeCheckpointIO
 
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [RunHeartbeat(record)]
-    if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a progress-bar callback then
-        from pytorch_lightning.callbacks import ProgressBar
-
-        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    callbacks = instantiate_callbacks(cfg) + [RunHeartbeat(record)]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
     log_run_config(loggers, cfg)
     previous_metrics = (Path(cfg.paths.output_dir) / "metrics.csv").exists()
@@ -104,6 +100,16 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
     if measured:
         record.update(cost={**record.fields.get("cost", {}), **measured[0]})
     return trainer
+
+
+def instantiate_callbacks(cfg: DictConfig) -> list:
+    """The config's callbacks; the progress bar is dropped when the Trainer disables it (Lightning refuses it then)."""
+    from pytorch_lightning.callbacks import ProgressBar
+
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    if not cfg.trainer.get("enable_progress_bar", True):
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    return callbacks
 
 
 def log_run_config(loggers: list, cfg: DictConfig) -> None:

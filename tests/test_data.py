@@ -694,7 +694,7 @@ def test_ddp_ranks_share_the_cache_and_streaming_matches_mapped(tmp_path):
     with the shuffle off the streamed rows split over ranks exactly as the mapped rows."""
     texts = [f"row {i}: " + "tok " * (3 + i % 5) for i in range(60)]
     corpus = write_jsonl(tmp_path / "small.jsonl", texts)
-    common = [*TINY, "trainer=ddp_cpu", "data=text", f"data.path={corpus}", "data.max_docs=null", "data.shuffle=false",
+    common = [*TINY, "trainer=ddp_cpu", "data=text", f"data.path={corpus}", "data.max_docs=null", "data.shuffle=false", "data.val_fraction=0.2",
               "trainer.max_steps=8", "callbacks.checkpoint.every_n_train_steps=8"]
     finals = {}
     for name, extra in (("mapped", []), ("stream", ["data.streaming=true"])):

@@ -57,13 +57,14 @@ def test_lab_resume_finishes_a_sweep_with_one_killed_job(tmp_path, cache_dir):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     done, killed = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / ".hydra").exists())
-    assert read_run(done)["status"] == "ok" and not (killed / "run.json").exists() and not (sweep / "report.md").exists()
+    # the killed job's record still says running (issue 13: run.json is written when the attempt starts)
+    assert read_run(done)["status"] == "ok" and read_run(killed)["status"] == "running" and not (sweep / "report.md").exists()
     done_record = (done / "run.json").read_bytes()
 
     result = subprocess.run([sys.executable, "-m", "lab.resume", str(sweep)], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"1 unfinished or failed job(s) in {sweep}" in result.stdout and f"resuming {killed.name} (no run.json)" in result.stdout
+    assert f"1 unfinished or failed job(s) in {sweep}" in result.stdout and f"resuming {killed.name} (running)" in result.stdout
     assert "ckpt_path=last" in result.stdout and "no checkpoint at" not in result.stderr  # it resumed, not restarted
     record = read_run(killed)
     assert record["status"] == "ok" and record["manifest"]["weight_position"]["step"] == STEPS

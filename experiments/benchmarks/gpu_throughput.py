@@ -40,7 +40,7 @@ from lab.step import PlainOptimization, train_step
 
 HEADS = {"ntp": {"name": "ntp"}, "parallel K=4": {"name": "parallel", "k": 4}, "deepseek D=1": {"name": "deepseek", "depth": 1}}
 FULL = dict(d_model=768, n_layers=12, n_heads=12, vocab_size=50304, seq_len=1024, batch_size=8, tokenizer="bpe")
-QUICK = dict(d_model=64, n_layers=3, n_heads=2, vocab_size=512, seq_len=64, batch_size=2, tokenizer="bpe")
+QUICK = dict(d_model=64, n_layers=5, n_heads=2, vocab_size=512, seq_len=64, batch_size=2, tokenizer="bpe")
 
 
 class Variant:

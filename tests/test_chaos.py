@@ -31,7 +31,8 @@ STEPS, EVERY, VAL_EVERY = 12, 2, 4  # checkpoints at 2, 4, ..., validations afte
 # (point, global step): the point's step, then where the next attempt resumes from.
 KILLS = [("batch_end", 3), ("validation", 4), ("checkpoint_write", 6), ("batch_start", 6), ("train_end", 12)]
 KILLED_JOB = "1-ntp-k1"  # <job num>-<run_name>: the second job of the sweep
-TIME_COLUMNS = re.compile(r"^(run_time_s|.*tokens_per_s)$")  # wall-clock values: never equal between two runs
+WALL_CLOCK_HEADERS = ("time", "tokens/s")
+TIME_COLUMNS = re.compile(r"^(run_time_s|train_time_s|.*tokens_per_s)$")  # wall-clock values: never equal between two runs
 
 
 def sweep_overrides() -> list[str]:
@@ -71,14 +72,14 @@ def csv_rows(text: str) -> list[dict]:
 
 
 def report_text(sweep_dir: Path) -> str:
-    """report.md without the sweep's own path and wall-clock figures (table columns headed '... time ...')."""
+    """report.md without the sweep's own path and wall-clock figures (table columns headed '... time ...' or 'tokens/s ...')."""
     text = (sweep_dir / "report.md").read_text().replace(str(sweep_dir), "SWEEP")
     text = re.sub(r"summed job run time: [0-9.]+ s", "summed job run time: T s", text)
     lines, timed = [], set()
     for line in text.splitlines():
         cells = line.split("|")
-        if line.startswith("|") and not timed and "time" in line:
-            timed = {i for i, cell in enumerate(cells) if "time" in cell}
+        if line.startswith("|") and not timed and any(word in line for word in WALL_CLOCK_HEADERS):
+            timed = {i for i, cell in enumerate(cells) if any(word in cell for word in WALL_CLOCK_HEADERS)}
         elif not line.startswith("|"):
             timed = set()
         elif not set(line) <= set("|-: "):

@@ -20,14 +20,15 @@ STEPS, KILL_AT = 8, 4
 
 
 class StallOnce(pl.Callback):
-    """In the `head` job only, and only the first time: once the step-`step` checkpoint is written,
-    write `marker` and wait to be killed (a resumed run finds the marker and goes on)."""
+    """In the `head` job only, and only the first time: once the step-`step` checkpoint is in place
+    (it is published when the next step starts, issue 13), write `marker` and wait to be killed
+    (a resumed run finds the marker and goes on)."""
 
     def __init__(self, step: int, marker: str, head: str):
         self.step, self.marker, self.head = step, Path(marker), head
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if pl_module.hparams.head["name"] == self.head and trainer.global_step == self.step and not self.marker.exists():
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if pl_module.hparams.head["name"] == self.head and trainer.global_step == self.step + 1 and not self.marker.exists():
             self.marker.write_text(str(self.step))
             time.sleep(300)
 

@@ -34,7 +34,9 @@ def test_two_job_sweep_through_submitits_local_executor(tmp_path, cache_dir):
         record = read_run(run_dir)
         assert record["status"] == "ok" and record["manifest"]["head"] == row["head"] and "val/loss" in record["final_metrics"]
         assert (run_dir / "checkpoints" / "last.ckpt").stat().st_size > 0
-        assert (run_dir / "metrics.csv").stat().st_size > 0 and len(list(run_dir.glob("wandb/offline-run-*"))) == 1
+        assert (run_dir / "metrics.csv").stat().st_size > 0
+    # the jobs' offline wandb runs and the report's run go under the sweep dir: one `wandb sync` finds them all
+    assert len(list(sweep.glob("wandb/offline-run-*"))) == 3
     # each job ran in a process submitit started: its pickled result and logs are in the submitit folder
     job_logs = sorted(sweep.glob(".submitit/*/*_log.out"))
     results = sorted(sweep.glob(".submitit/*/*_result.pkl"))

@@ -69,8 +69,10 @@ def compose(*overrides: str, output_dir: str = "/tmp/mtp-lab-benchmark"):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from lab.resolvers import register_resolvers
     from lab.train import CONF_DIR
 
+    register_resolvers()  # ${lab.wandb_dir:...} and friends, as lab-train registers them
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return hydra_compose("train", overrides=[*overrides, f"paths.output_dir={output_dir}"])
 

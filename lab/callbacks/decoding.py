@@ -32,10 +32,25 @@ class DecodingEval(pl.Callback):
                  temperature: float = 0.0, seed: int = 0):
         self.output_dir, self.n_prompts, self.prompt_tokens = output_dir, prompts, prompt_tokens
         self.new_tokens, self.temperature, self.seed = new_tokens, temperature, seed
+        self._evaluated = False
 
     def on_train_end(self, trainer, pl_module):
-        if not trainer.is_global_zero or trainer.datamodule is None or self.n_prompts < 1:
+        self._evaluate_once(trainer, pl_module)
+
+    def on_fit_end(self, trainer, pl_module):
+        # A run resumed from a checkpoint already at trainer.max_steps (its previous attempt died after
+        # the last step, before the end was recorded) skips Lightning's training loop and with it
+        # on_train_end: the evaluation that attempt never recorded happens here, at the same step.
+        if trainer.max_steps is not None and 0 < trainer.max_steps <= trainer.global_step:
+            device = trainer.strategy.root_device  # the strategy's teardown moved the model to the CPU
+            pl_module.to(device)
+            self._evaluate_once(trainer, pl_module)
+            pl_module.cpu()
+
+    def _evaluate_once(self, trainer, pl_module):
+        if self._evaluated or not trainer.is_global_zero or trainer.datamodule is None or self.n_prompts < 1:
             return
+        self._evaluated = True
         model = pl_module.model
         was_training = model.training
         prompts = document_prompts(trainer.datamodule.val_dataloader(), self.n_prompts, self.prompt_tokens)

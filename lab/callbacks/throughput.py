@@ -4,7 +4,8 @@ On Lightning's logging steps: `train/tokens_per_s` (token positions of the globa
 of wall time), `train/mfu` (model FLOPs utilisation: training FLOPs per token × tokens/s ÷
 (peak FLOP/s per device × devices); logged when the peak is known, see peak_flops.py) and,
 on CUDA, `mem/cuda_peak_bytes` (torch's peak allocated bytes on this device since the last logging
-step). `summary()` gives run totals for run.json: only the training steps are timed (batch start
+step). `summary()` gives run totals for run.json (kept in checkpoints, so a resumed run's totals count every
+step once): only the training steps are timed (batch start
 to batch end), so validation and checkpoint writes don't dilute tokens/s; `fit_time_s` is the wall
 time from the first to the last training step. Steps that log nothing only read the clock.
 
@@ -43,6 +44,7 @@ class TokenThroughput(pl.Callback):
         self._fit_end = None
         self.total_tokens = 0
         self.total_step_time_s = 0.0
+        self._earlier_fit_time_s = 0.0  # wall time of earlier attempts, restored from the checkpoint
 
     def setup(self, trainer, pl_module, stage):
         self.peak_flops = resolve_peak_flops(self.peak_flops_spec, trainer.strategy.root_device)
@@ -82,16 +84,29 @@ class TokenThroughput(pl.Callback):
             pl_module.log(name, value, prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
         self._start, self._start_step = time.perf_counter(), trainer.global_step
 
+    def state_dict(self) -> dict:
+        """The run's totals so far, in every checkpoint: a resumed run's summary counts each step once."""
+        return {"total_tokens": self.total_tokens, "total_step_time_s": self.total_step_time_s,
+                "fit_time_s": self._fit_time_s()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.total_tokens, self.total_step_time_s = int(state["total_tokens"]), float(state["total_step_time_s"])
+        self._earlier_fit_time_s = float(state["fit_time_s"])
+
     def summary(self) -> dict:
-        """Measured run totals (this process's attempt; empty before the first step)."""
+        """Measured run totals over the steps of every attempt that reached a checkpoint (empty before the first step)."""
         if not self.total_tokens:
             return {}
         return {
             "train_tokens": self.total_tokens,
             "train_time_s": self.total_step_time_s,
             "train_tokens_per_s": self.total_tokens / max(self.total_step_time_s, 1e-9),
-            "fit_time_s": self._fit_end - self._fit_start,
+            "fit_time_s": self._fit_time_s(),
         }
+
+    def _fit_time_s(self) -> float:
+        this_attempt = self._fit_end - self._fit_start if self._fit_start is not None and self._fit_end is not None else 0.0
+        return self._earlier_fit_time_s + this_attempt
 
     @staticmethod
     def _synchronize(pl_module) -> None:

@@ -13,6 +13,7 @@ from collections import deque
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from lab.data import SymbolTokenizer, build_datamodule, check_data_config
 from lab.data.synthetic import InductionTask, StarGraphTask, generate_examples, pack_examples, parse_star_graph
@@ -273,3 +274,19 @@ def test_bad_synthetic_option_fails_before_the_run(tmp_path, cache_dir):
     result = lab_train("data=star_graph", "data.num_nodes=4", cache_dir=cache_dir, cwd=tmp_path, timeout=120)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: data.num_nodes: must be ≥ 1 + degree")
     assert not (tmp_path / "outputs").exists()
+
+
+def test_the_long_star_graph_preset_is_the_papers_graph_on_a_bigger_model():
+    """`preset=long` (documented for a GPU, never trained here) composes, checks and builds."""
+    from hydra import compose, initialize_config_dir
+
+    from lab.train import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=star_graph", "preset=long", "variant=parallel_k4"])
+    data = check_data_config(OmegaConf.to_container(cfg.data, resolve=True))
+    assert (data.task.degree, data.task.path_len, data.task.num_nodes, data.train_examples) == (2, 5, 50, 200_000)
+    model_cfg = {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": 56}
+    model_cfg.pop("compile")  # a run option, not part of the network
+    model = build_model(model_cfg, OmegaConf.to_container(cfg.head, resolve=True))
+    assert model.k == 4 and cfg.model.d_model == 384 and cfg.trainer.max_steps == 20_000

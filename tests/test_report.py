@@ -285,13 +285,13 @@ def test_answer_accuracy_finding_names_the_best_variant(fake_sweep):
         if payload["status"] == "ok":
             head = payload["manifest"]["head"]
             payload["final_metrics"].update({"val/answer_exact": exact[head], "val/answer_token_acc": 0.8,
-                                             "val/answer_tf_acc": 0.9, "val/answer_tf_exact": 0.7})
+                                             "val/answer_tf_acc": 0.9})
             run_json.write_text(json.dumps(payload))
     build_sweep_report(fake_sweep)
     md = (fake_sweep / "report.md").read_text()
     assert ("- Best answer accuracy (greedy decoding, exact match): **head=parallel** (0.750 ± 0.000). Per variant: "
             "head=ntp 0.500 ± 0.000 (teacher-forced token acc 0.900 ± 0.000); head=parallel 0.750 ± 0.000") in md
-    assert "| head=deepseek | deepseek | 4 | 0.625 ± 0.000 | 0.800 ± 0.000 | 0.900 ± 0.000 | 0.700 ± 0.000 |" in md
+    assert "| head=deepseek | deepseek | 4 | 0.625 ± 0.000 | 0.800 ± 0.000 | 0.900 ± 0.000 |" in md
     assert "Answer accuracy (synthetic tasks)" in (fake_sweep / "report.html").read_text()
 
 

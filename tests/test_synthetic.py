@@ -191,7 +191,7 @@ EXAMPLES = [([1, 2], [3, 4]), ([5, 2], [3, 4]), ([6], [7, 8])]
 
 def test_answer_accuracy_scores_a_perfect_and_a_wrong_model():
     perfect = bigram_model(10, {2: 3, 3: 4, 6: 7, 7: 8})
-    assert answer_accuracy(perfect, EXAMPLES) == {"answer_exact": 1.0, "answer_token_acc": 1.0, "answer_tf_acc": 1.0, "answer_tf_exact": 1.0}
+    assert answer_accuracy(perfect, EXAMPLES) == {"answer_exact": 1.0, "answer_token_acc": 1.0, "answer_tf_acc": 1.0}
     # Wrong first step after 2 (→ 9), then 9 → 4: greedy [9, 4] (1 of 2 right, at the second position), while
     # teacher forcing sees the true 3 and predicts 4. After 6 everything is wrong (6 → 0, 7 → 0, 0 → 0).
     wrong = bigram_model(10, {2: 9, 9: 4, 3: 4, 6: 0, 7: 0})
@@ -199,7 +199,6 @@ def test_answer_accuracy_scores_a_perfect_and_a_wrong_model():
         "answer_exact": 0.0,
         "answer_token_acc": 2 / 6,  # the two 4s
         "answer_tf_acc": 2 / 6,  # 3 → 4 in the first two examples
-        "answer_tf_exact": 0.0,
     }
     # The Clever-Hans signature: teacher forcing right after the first answer token, greedy lost at the first step.
     hans = bigram_model(10, {2: 9, 9: 0, 3: 4, 6: 7, 7: 8})
@@ -258,7 +257,7 @@ def test_twenty_steps_of_each_task_through_the_cli(tmp_path, cache_dir, source, 
     record = read_run(run)
     assert record["status"] == "ok" and record["config"]["data"]["source"] == source
     final = record["final_metrics"]
-    for name in ("val/answer_exact", "val/answer_token_acc", "val/answer_tf_acc", "val/answer_tf_exact"):
+    for name in ("val/answer_exact", "val/answer_token_acc", "val/answer_tf_acc"):
         assert 0.0 <= final[name] <= 1.0, name
     assert "val/answer_exact" in (run / "metrics.csv").read_text().splitlines()[0]
     assert record["manifest"]["tokenizer"]["kind"] == "symbols"

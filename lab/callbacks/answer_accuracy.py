@@ -8,7 +8,6 @@ with `lab.decode.generate` for as many tokens as its answer has, and scored (see
     val/answer_exact      greedy answer == true answer (per example)
     val/answer_token_acc  greedy token == true token (per answer position)
     val/answer_tf_acc     teacher-forced next-token accuracy on the same answer tokens
-    val/answer_tf_exact   every answer token right under teacher forcing
 
 A text corpus has no answers: the callback does nothing there. Every DDP rank scores the
 same examples with the same weights, so the values agree without a reduction.

@@ -77,10 +77,11 @@ def answer_accuracy(model, examples: list[tuple[list[int], list[int]]]) -> dict[
     answer_exact      fraction of examples whose greedy continuation (len(answer) tokens) is the answer
     answer_token_acc  fraction of answer positions where the greedy token equals the answer's
     answer_tf_acc     fraction of answer tokens that are the horizon-1 argmax given the true prefix
-    answer_tf_exact   fraction of examples with every answer token right under teacher forcing
 
     A teacher-forced accuracy far above the greedy one is the Clever-Hans signature: each step
     is easy given the true previous answer tokens, and the model never learned to find the first.
+    (An exact match under teacher forcing is the greedy exact match: a greedy answer that is right
+    everywhere saw the true prefix at every step, so it is not reported twice.)
     """
     was_training = model.training
     greedy = [generate(model, torch.tensor(prompt), len(answer)).tokens for prompt, answer in examples]
@@ -93,7 +94,6 @@ def answer_accuracy(model, examples: list[tuple[list[int], list[int]]]) -> dict[
         "answer_exact": sum(g == a for g, a in zip(greedy, answers)) / len(examples),
         "answer_token_acc": sum(hits(g, a) for g, a in zip(greedy, answers)) / n_tokens,
         "answer_tf_acc": sum(hits(f, a) for f, a in zip(forced, answers)) / n_tokens,
-        "answer_tf_exact": sum(f == a for f, a in zip(forced, answers)) / len(examples),
     }
 
 

@@ -87,7 +87,7 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
     return out
 
 
-ANSWER_METRICS = ("val/answer_exact", "val/answer_token_acc", "val/answer_tf_acc", "val/answer_tf_exact")
+ANSWER_METRICS = ("val/answer_exact", "val/answer_token_acc", "val/answer_tf_acc")
 
 
 def answer_findings(variants: list[Variant]) -> list[str]:

@@ -172,12 +172,12 @@ def load_release(folder: str | os.PathLike) -> MTPModel:
 
 
 def load_release_tokenizer(folder: str | os.PathLike):
-    from lab.data.tokenizers import BPETokenizer, ByteTokenizer
+    from lab.data.tokenizers import BPETokenizer, tokenizer_from_identity
 
     folder = Path(folder)
     identity = json.loads((folder / "config.json").read_text())["tokenizer"]
-    if identity["kind"] == "byte":
-        return ByteTokenizer()
+    if identity["kind"] != "bpe":  # byte and symbols: the identity names the tokenizer completely
+        return tokenizer_from_identity(identity)
     tokenizer = BPETokenizer.from_file(folder / "tokenizer.json", identity["vocab_size"])
     if tokenizer.identity != identity:
         raise ConfigError("tokenizer", f"{folder / 'tokenizer.json'} does not match the identity in config.json")

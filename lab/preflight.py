@@ -185,7 +185,7 @@ def check_single_run(cfg: DictConfig) -> None:
     """Every check a single run can make without data or weights: the same typed configs the run
     builds (each group checks its own fields), before Hydra makes the run folder."""
     from lab.config_checks import check_horizons_fit, check_run_config
-    from lab.data.datamodule import validate_data_config
+    from lab.data import check_data_config
     from lab.model.compile import split_compile_option
     from lab.model.heads import head_config
     from lab.model.mtp import model_config, trunk_layers
@@ -195,7 +195,7 @@ def check_single_run(cfg: DictConfig) -> None:
         return OmegaConf.to_container(cfg[group], resolve=True)
 
     check_run_config(cfg)
-    data = validate_data_config(**plain("data"))  # local files: exist and are not empty
+    data = check_data_config(plain("data"))  # local files: exist and are not empty
     head = head_config(plain("head"))
     model, _ = split_compile_option(plain("model"))
     model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest

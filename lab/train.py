@@ -37,13 +37,13 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     import pytorch_lightning as pl
 
     from lab.checkpoint import build_manifest
-    from lab.data import LMDataModule
+    from lab.data import build_datamodule
     from lab.model.cost import cost_table, format_cost_table
     from lab.module import MTPLitModule
 
     check_run_config(cfg)
     pl.seed_everything(cfg.seed, workers=True)
-    datamodule = LMDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
+    datamodule = build_datamodule(OmegaConf.to_container(cfg.data, resolve=True))
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     model_cfg["vocab_size"] = model_cfg["vocab_size"] or datamodule.vocab_size
     module = MTPLitModule(

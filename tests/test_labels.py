@@ -131,3 +131,16 @@ def test_shape_and_dtype_mismatch_raise(fn):
         fn(ORACLE["active"][0], ORACLE["segment_ids"][0], 1)
     with pytest.raises(ConfigError, match="bool"):
         fn(ORACLE["active"].long(), ORACLE["segment_ids"], 1)
+
+
+def test_target_mask_removes_targets_but_keeps_sources_and_chain_state():
+    """[A B C D E F] with only D, E allowed as labels: (t, t+k) survives when t+k ∈ {3, 4}; sources may be any token."""
+    segments, active = one_doc(n=6)
+    target = bools([[0, 0, 0, 1, 1, 0]])
+    assert torch.equal(horizon_mask(active, segments, 1, target), bools([[0, 0, 1, 1, 0]]))
+    assert torch.equal(horizon_mask(active, segments, 3, target), bools([[1, 1, 0]]))
+    state, loss = chain_masks(active, segments, 1, target)
+    assert torch.equal(state, chain_masks(active, segments, 1)[0])  # every row still has its input
+    assert torch.equal(loss, bools([[0, 1, 1, 0]]))  # labels t+2 ∈ {3, 4}
+    with pytest.raises(ConfigError, match=r"^labels: target_mask must be a bool"):
+        horizon_mask(active, segments, 1, target.long())

@@ -275,3 +275,27 @@ def test_a_job_left_running_is_interrupted_with_its_last_step_unless_its_process
     rows = {r["job"]: r for r in csv.DictReader((fake_sweep / "runs.csv").open())}
     assert rows["10"]["status"] == "interrupted" and rows["10"]["steps_logged"] == "8"
     assert "**interrupted**: interrupted (pid" in (fake_sweep / "report.md").read_text()
+
+
+def test_answer_accuracy_finding_names_the_best_variant(fake_sweep):
+    """Synthetic-task runs (val/answer_*): the finding names the best greedy exact match; the table sets it beside teacher forcing."""
+    exact = {"ntp": 0.5, "parallel": 0.75, "deepseek": 0.625}
+    for run_json in fake_sweep.glob("*/run.json"):
+        payload = json.loads(run_json.read_text())
+        if payload["status"] == "ok":
+            head = payload["manifest"]["head"]
+            payload["final_metrics"].update({"val/answer_exact": exact[head], "val/answer_token_acc": 0.8,
+                                             "val/answer_tf_acc": 0.9})
+            run_json.write_text(json.dumps(payload))
+    build_sweep_report(fake_sweep)
+    md = (fake_sweep / "report.md").read_text()
+    assert ("- Best answer accuracy (greedy decoding, exact match): **head=parallel** (0.750 ± 0.000). Per variant: "
+            "head=ntp 0.500 ± 0.000 (teacher-forced token acc 0.900 ± 0.000); head=parallel 0.750 ± 0.000") in md
+    assert "| head=deepseek | deepseek | 4 | 0.625 ± 0.000 | 0.800 ± 0.000 | 0.900 ± 0.000 |" in md
+    assert "Answer accuracy (synthetic tasks)" in (fake_sweep / "report.html").read_text()
+
+
+def test_a_sweep_without_answers_has_no_answer_section(fake_sweep):
+    build_sweep_report(fake_sweep)
+    md = (fake_sweep / "report.md").read_text()
+    assert "answer accuracy" not in md.lower() and "## Decoding (live, end of training)" in md

@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
+from lab.data import TASKS, check_data_config
 from lab.errors import ConfigError
 from lab.model.mtp import parameter_table
 from lab.module import MTPLitModule
@@ -21,7 +22,10 @@ from lab.train import CONF_DIR
 from tests.cli import TINY, lab_train, read_run
 
 FIGURES = {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "effective_weights.png", "logit_memory.png"}
-EXPERIMENTS = ("quick_ablation", "head_ablation", "reduction_ablation", "weight_ablation", "deepseek_depth", "memory", "scale")
+EXPERIMENTS = (
+    "quick_ablation", "head_ablation", "reduction_ablation", "weight_ablation", "deepseek_depth", "memory", "scale",
+    "star_graph", "induction",
+)
 
 
 def runs_csv(sweep: Path) -> list[dict]:
@@ -164,12 +168,15 @@ def test_every_experiment_job_composes_and_builds(name):
             cfg = compose("train", overrides=[f"experiment={name}", *overrides, *small], return_hydra_config=True)
             assert cfg.hydra.mode.name == "MULTIRUN" and cfg.sweep_name == name
             check_run_config(cfg)
+            if cfg.data.source in TASKS:  # a generated data set checks itself without files (scale names its corpus at launch)
+                check_data_config(OmegaConf.to_container(cfg.data, resolve=True))
             model = OmegaConf.to_container(cfg.model, resolve=True)
-            model["vocab_size"] = model["vocab_size"] or cfg.data.vocab_size or 259
+            model["vocab_size"] = model["vocab_size"] or cfg.data.get("vocab_size") or 259
             parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("head", "reduction", "weights", "schedule", "optim")}
             module = MTPLitModule(model=model, total_steps=int(cfg.trainer.max_steps), **parts)
             check_horizons_fit(module.model.k, cfg.data.seq_len)
-            job = json.dumps({key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("data", "model", "head", "reduction", "weights", "schedule")}, sort_keys=True)
+            job = json.dumps({key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("data", "model", "head", "reduction", "weights", "schedule")}
+                             | {"seed": cfg.seed}, sort_keys=True)
             assert job not in seen, f"{name}: {overrides} repeats another job's configuration"
             seen.add(job)
             table = parameter_table(module.model)

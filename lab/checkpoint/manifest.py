@@ -112,7 +112,8 @@ def build_manifest(module, datamodule=None) -> dict:
 
 
 def _lm_data(datamodule):
-    """The datamodule when it is an LMDataModule (plain loaders and test doubles have no tokenizer)."""
+    """The datamodule when it has a tokenizer and a data config (LMDataModule, SyntheticDataModule; plain loaders
+    and test doubles have neither)."""
     return datamodule if hasattr(datamodule, "tokenizer_identity") and hasattr(datamodule, "config") else None
 
 

@@ -25,15 +25,11 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pyarrow.compute as pc
-import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from filelock import FileLock
-from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
-from torch.utils.data import DataLoader
 
+from lab.data.loaders import RowsDataModule
 from lab.data.packing import check_seq_len, tokenize_documents, unigram_entropy_bits_from_counts
-from lab.data.sampler import ResumableSampler
 from lab.data.sources import SOURCES, Corpus, check_streaming_selection, load_corpus, resolve_local_files
 from lab.data.streaming import StreamingRows
 from lab.data.token_store import MappedRows, TokenStream
@@ -151,7 +147,7 @@ class _Prepared:
     corpus_stats: dict
 
 
-class LMDataModule(pl.LightningDataModule):
+class LMDataModule(RowsDataModule):
     """Packed language-model batches from a text corpus (see DESIGN.md §2 for the batch keys)."""
 
     def __init__(
@@ -185,62 +181,6 @@ class LMDataModule(pl.LightningDataModule):
         self.save_hyperparameters(dataclasses.asdict(self.config))
         self.cache_dir = Path(os.path.expanduser(self.config.cache_dir)) if self.config.cache_dir else DEFAULT_CACHE_DIR
         self._prepared: _Prepared | None = None
-
-    # ------------------------------------------------------------ Lightning hooks
-
-    def prepare_data(self) -> None:
-        self.prepare()
-
-    def setup(self, stage: str | None = None) -> None:
-        self.prepare()
-
-    def train_dataloader(self) -> DataLoader:
-        # The order is a function of (seed, epoch); a resumed fit starts at the restored
-        # step (one batch per optimizer step), so it sees the batches the interrupted run would have.
-        step = self.trainer.global_step if self.trainer is not None else 0
-        if self.config.streaming:
-            return self._loader(self.train_rows.resumed_at(step), sampler=None, drop_last=False)
-        sampler = ResumableSampler(
-            self.train_rows, seed=self.config.seed, batch_size=self.config.batch_size, shuffle=self.config.shuffle
-        )
-        sampler.resume_at(step)
-        return self._loader(self.train_rows, sampler=sampler, drop_last=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_rows, sampler=self._validation_sampler(), drop_last=False)
-
-    def _validation_sampler(self) -> UnrepeatedDistributedSampler | None:
-        """Under DDP each rank validates rows rank, rank + W, …: every row exactly once.
-
-        Lightning's default DistributedSampler pads the set with repeated rows when the rows
-        don't divide by the world size; the per-horizon sums are all-reduced afterwards, so a
-        repeat would be counted twice. Being a DistributedSampler, this one is kept as is.
-        A streamed validation set (`data.streaming=true`) takes no sampler: StreamingRows splits
-        it the same way itself (rank k takes rows k, k + W, …).
-        """
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1 or self.config.streaming:
-            return None  # sequential
-        world = dist.get_world_size()
-        require(
-            len(self.val_rows) >= world,
-            "data.max_val_rows",
-            f"validation packs into {len(self.val_rows)} rows, fewer than the {world} ranks; every rank needs ≥ 1 row",
-        )
-        return UnrepeatedDistributedSampler(self.val_rows, num_replicas=world, rank=dist.get_rank(), shuffle=False)
-
-    def _loader(self, rows, *, sampler, drop_last) -> DataLoader:
-        workers = self.config.num_workers
-        return DataLoader(
-            rows,
-            batch_size=self.config.batch_size,
-            sampler=sampler,  # None: sequential (validation) or the stream's own order
-            # A loader draws its worker seed from this generator, never from the global RNG, so a resumed
-            # run (Lightning skips the validation due at its checkpoint) keeps the RNG streams aligned.
-            generator=torch.Generator().manual_seed(self.config.seed),
-            drop_last=drop_last,
-            num_workers=workers,
-            persistent_workers=workers > 0,
-        )
 
     # ------------------------------------------------------------------ the work
 

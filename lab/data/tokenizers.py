@@ -1,6 +1,8 @@
-"""Tokenizers: a small protocol, a byte tokenizer and a cached byte-level BPE.
+"""Tokenizers: a small protocol, a byte tokenizer, a cached byte-level BPE, and a symbol tokenizer.
 
-Both tokenizers are lossless on any UTF-8 text. `decode` skips special ids (BOS, EOS,
+The byte and BPE tokenizers are lossless on any UTF-8 text. `SymbolTokenizer` (the synthetic
+tasks': node ids and separators) maps whitespace-separated symbols of a fixed list to ids and
+is named completely by its identity, so checkpoints and lab-generate rebuild it from the manifest. `decode` skips special ids (BOS, EOS,
 PAD, and for BPE any id the trained vocabulary does not have).
 """
 
@@ -149,6 +151,51 @@ class BPETokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         trained = self.identity["trained_vocab_size"]
         return self._tokenizer.decode([int(i) for i in ids if 0 <= int(i) < trained], skip_special_tokens=True)
+
+
+class SymbolTokenizer:
+    """Symbol i is id i; then BOS, EOS, PAD. Text is symbols separated by whitespace."""
+
+    def __init__(self, symbols: Sequence[str]):
+        self.symbols = tuple(symbols)
+        require(len(set(self.symbols)) == len(self.symbols), "tokenizer", "symbols must be distinct")
+        require(all(s and not any(c.isspace() for c in s) for s in self.symbols), "tokenizer", "a symbol is a non-empty word without spaces")
+        self._ids = {symbol: i for i, symbol in enumerate(self.symbols)}
+        self.bos_id, self.eos_id, self.pad_id = (len(self.symbols) + i for i in range(N_SPECIALS))
+        self.vocab_size = len(self.symbols) + N_SPECIALS
+        self.identity = {"kind": "symbols", "vocab_size": self.vocab_size, "symbols": list(self.symbols)}
+
+    def encode(self, text: str) -> list[int]:
+        words = text.split()
+        unknown = [w for w in words if w not in self._ids]
+        require(not unknown, "prompt", f"unknown symbol(s) {' '.join(sorted(set(unknown))[:5])}; this tokenizer knows {' '.join(self.symbols[:12])} …")
+        return [self._ids[w] for w in words]
+
+    def encode_symbols(self, symbols: Sequence[str]) -> list[int]:
+        return [self._ids[s] for s in symbols]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [np.asarray(self.encode(t), dtype=np.int32) for t in texts]
+
+    def token_byte_lengths(self) -> np.ndarray:
+        lengths = np.zeros(self.vocab_size, dtype=np.int64)
+        lengths[: len(self.symbols)] = [len(s.encode("utf-8")) for s in self.symbols]
+        return lengths
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self.symbols[int(i)] for i in ids if 0 <= int(i) < len(self.symbols))
+
+
+def tokenizer_from_identity(identity: dict, bpe_json: str | None = None) -> Tokenizer | None:
+    """The tokenizer an identity (a manifest's `tokenizer`) names; a BPE also needs its JSON. None: not enough."""
+    kind = identity.get("kind")
+    if kind == "byte":
+        return ByteTokenizer()
+    if kind == "symbols":
+        return SymbolTokenizer(identity["symbols"])
+    if kind == "bpe" and bpe_json:
+        return BPETokenizer(hf.Tokenizer.from_str(bpe_json), identity["vocab_size"])
+    return None
 
 
 def bpe_cache_path(cache_dir: str | os.PathLike, fingerprint: str, vocab_size: int) -> Path:

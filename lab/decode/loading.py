@@ -23,15 +23,12 @@ class Loaded:
 
 
 def tokenizer_from_payload(payload: dict | None, manifest: dict):
-    from lab.data.tokenizers import BPETokenizer, ByteTokenizer
+    from lab.data.tokenizers import tokenizer_from_identity
 
     identity = (payload or {}).get("identity") or manifest.get("tokenizer") or {}
-    if identity.get("kind") == "byte":
-        return ByteTokenizer()
-    if identity.get("kind") == "bpe" and (payload or {}).get("json"):
-        import tokenizers as hf
-
-        return BPETokenizer(hf.Tokenizer.from_str(payload["json"]), identity["vocab_size"])
+    tokenizer = tokenizer_from_identity(identity, (payload or {}).get("json"))
+    if tokenizer is not None:
+        return tokenizer
     raise ConfigError("checkpoint", f"carries no usable tokenizer (identity {identity or 'missing'})")
 
 

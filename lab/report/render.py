@@ -78,12 +78,29 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
         accs = [f"{v.label}: h{v.max_k} {v.stat(f'val/acc/h{v.max_k}')[0]:.3f}" for v in multi if v.stat(f"val/acc/h{v.max_k}")[0] is not None]
         if accs:
             out.append("Top-1 accuracy at the farthest horizon: " + "; ".join(accs) + ".")
+    out += answer_findings(variants)
     out += cost_findings(variants)
     out += spike_findings(sweep)
     if sweep.failed:
         dims = sweep_dimensions(sweep.records)
         out.append(f"{len(sweep.failed)} job(s) failed: " + "; ".join(f"job {r['job']} ({shown_overrides(r, dims)}): {r['error']}" for r in sweep.failed) + ".")
     return out
+
+
+ANSWER_METRICS = ("val/answer_exact", "val/answer_token_acc", "val/answer_tf_acc")
+
+
+def answer_findings(variants: list[Variant]) -> list[str]:
+    """Synthetic tasks (lab/callbacks/answer_accuracy.py): the best greedy exact-match answer accuracy."""
+    scored = [v for v in sorted(variants, key=order_key) if v.stat("val/answer_exact")[0] is not None]
+    if not scored:
+        return []
+    top = max(v.stat("val/answer_exact")[0] for v in scored)
+    best = [v for v in scored if v.stat("val/answer_exact")[0] == top]
+    names = " and ".join(f"**{v.label}**" for v in best) + (" (tied)" if len(best) > 1 else "")
+    parts = [f"{v.label} {v.cell('val/answer_exact', 3)} (teacher-forced token acc {v.cell('val/answer_tf_acc', 3)})" for v in scored]
+    return [f"Best answer accuracy (greedy decoding, exact match): {names} ({best[0].cell('val/answer_exact', 3)}). "
+            "Per variant: " + "; ".join(parts) + "."]
 
 
 COST_TOLERANCE = 0.05  # a finding names variants whose parameters or FLOPs differ from the reference by more
@@ -199,6 +216,27 @@ def decoding_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]
     return header, rows
 
 
+def answer_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
+    """Answer accuracy of a synthetic task, greedy next to teacher-forced; None when no run has it."""
+    rows_with = [v for v in sorted(variants, key=order_key) if v.stat("val/answer_exact")[0] is not None]
+    if not rows_with:
+        return None
+    header = ["variant", "head", "K", *[name.removeprefix("val/") for name in ANSWER_METRICS]]
+    return header, [[v.label, fmt(v.head), fmt(v.k), *[v.cell(name, 3) for name in ANSWER_METRICS]] for v in rows_with]
+
+
+ANSWER_NOTE = ("Synthetic task answers (`val/answer_*`, last validation): greedy decoding from the prompt scored by exact "
+               "match and per token, next to teacher-forced accuracy on the same answer tokens; a large gap is the "
+               "Clever-Hans signature.")
+
+
+def optional_sections(variants: list[Variant]) -> list[tuple[str, str, tuple[list[str], list[list[str]]]]]:
+    """(title, note, table) of the sections only some sweeps have."""
+    candidates = [("Answer accuracy (synthetic tasks)", ANSWER_NOTE, answer_table(variants)),
+                  ("Decoding (live, end of training)", DECODING_NOTE, decoding_table(variants))]
+    return [(title, note, table) for title, note, table in candidates if table is not None]
+
+
 DECODING_NOTE = ("Greedy, a few validation prompts, at the end of training (`decode/*`); speedup = decode-phase "
                  "tokens/s speculative / plain, same prompts. DeepSeek's validation estimate is teacher-forced.")
 
@@ -218,9 +256,8 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure],
     lines += [f"- {line}" for line in findings(sweep, variants)] or ["- no completed runs"]
     lines += ["", "## Variants (mean ± sd over seeds)", "", *md_table(*variant_table(variants))]
     lines += ["", "## Cost per variant (mean over seeds)", "", *md_table(*cost_table(variants))]
-    decoding = decoding_table(variants)
-    if decoding is not None:
-        lines += ["", "## Decoding (live, end of training)", "", DECODING_NOTE, "", *md_table(*decoding)]
+    for title, note, table in optional_sections(variants):
+        lines += ["", f"## {title}", "", note, "", *md_table(*table)]
     lines += ["", "## Jobs", "", *md_table(*run_table(sweep, variants))]
     if sweep.failed:
         lines += ["", "## Failed jobs", ""]
@@ -271,9 +308,8 @@ def html_page(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure]
     parts += [f"<li>{inline_md(line)}</li>" for line in findings(sweep, variants)] or ["<li>no completed runs</li>"]
     parts += ["</ul>", "<h2>Variants (mean ± sd over seeds)</h2>", html_table(*variant_table(variants))]
     parts += ["<h2>Cost per variant (mean over seeds)</h2>", html_table(*cost_table(variants))]
-    decoding = decoding_table(variants)
-    if decoding is not None:
-        parts += ["<h2>Decoding (live, end of training)</h2>", f"<p>{inline_md(DECODING_NOTE)}</p>", html_table(*decoding)]
+    for title, note, table in optional_sections(variants):
+        parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{inline_md(note)}</p>", html_table(*table)]
     header, rows = run_table(sweep, variants)
     failed = {i for i, r in enumerate(sweep.records) if r["status"] != "ok"}
     parts += ["<h2>Jobs</h2>", html_table(header, rows, failed)]

@@ -80,7 +80,7 @@ def endpoint_horizon(k: int, rows: torch.Tensor, batch: dict, norm: RMSNorm, wei
         k=k,
         hidden=rows[:, : seq_len - k],  # [B, S-k, d]: source rows that have a target
         labels=batch["tokens"][:, k:],  # [B, S-k]: tokens[t+k]
-        mask=horizon_mask(batch["active"], batch["segment_ids"], k),  # [B, S-k]
+        mask=horizon_mask(batch["active"], batch["segment_ids"], k, batch.get("target_mask")),  # [B, S-k]
         norm=norm,
         weight=weight,
     )

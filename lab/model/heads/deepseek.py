@@ -135,7 +135,7 @@ class DeepSeekHead(MTPHead):
         state = shared.final_norm(trunk_hidden) if self.cfg.hidden_input == "post_norm" else trunk_hidden  # [B, S, d]
         state = self.extra_horizon_input(state)
         for d in range(1, self.depth + 1):
-            state_mask, loss_mask = chain_masks(batch["active"], batch["segment_ids"], d)  # [B, S-d], [B, S-d-1]
+            state_mask, loss_mask = chain_masks(batch["active"], batch["segment_ids"], d, batch.get("target_mask"))  # [B, S-d], [B, S-d-1]
             teacher = shared.embed(tokens[:, d:])  # [B, S-d, d]: tokens[t+d]
             state = self.module_at(d)(state[:, : seq_len - d], teacher, self._depth_context(batch, state_mask, d))  # [B, S-d, d]
             horizons.append(

@@ -200,8 +200,13 @@ def check_single_run(cfg: DictConfig) -> None:
     model, _ = split_compile_option(plain("model"))
     model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
     trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
-    Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k)
-    check_horizons_fit(head.k, data.seq_len)
+    objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
+    Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)
+    check_horizons_fit(head.k, data.seq_len, head.offsets)
+    if cfg.get("init_from"):
+        from lab.checkpoint.init_from import parent_files
+
+        parent_files(str(cfg.init_from))  # a missing parent: one line now (its vocabulary is checked at build)
     if cfg.ckpt_path not in (None, "last"):
         from lab.checkpoint import load_checkpoint
 

@@ -62,14 +62,17 @@ class HorizonMetrics(pl.Callback):
         if step is None or trainer.global_step % self.log_every_n_steps:
             return
         counts = step.counts
-        metrics = {}
+        active = step.active_horizons or counts.numel()
+        metrics = {"train/active_horizons": torch.tensor(float(active))}
         for k in range(1, counts.numel() + 1):
             i = k - 1
-            metrics[f"train/loss/h{k}"] = step.loss_sums[i] / counts[i].clamp_min(1)
             metrics[f"train/count/h{k}"] = counts[i]
             metrics[f"train/weight_eff/h{k}"] = step.effective_weights[i]
             metrics[f"train/lambda/h{k}"] = step.lambdas[i]
             metrics[f"train/coef/h{k}"] = step.coefficients[i]  # this rank's (differs per rank under count_scope=local)
+            if k > active:
+                continue  # skipped (λ = 0 for good): no loss or accuracy was computed
+            metrics[f"train/loss/h{k}"] = step.loss_sums[i] / counts[i].clamp_min(1)
             if step.correct is not None:
                 metrics[f"train/acc/h{k}"] = step.correct[i] / counts[i].clamp_min(1)
         pl_module.log_dict({name: value.float() for name, value in metrics.items()}, on_step=True, on_epoch=False, batch_size=1)

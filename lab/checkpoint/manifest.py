@@ -41,6 +41,8 @@ CHECKED_FIELDS = {
     "fixed_denominator": "reduction.fixed_denominator",
     "schedule": "schedule.name",
     "chunk_rows": "schedule.chunk_rows",
+    "offsets": "head.offsets",
+    "target": "objective",
     "horizons": "horizons",
     "aliases": "aliases",
 }
@@ -91,6 +93,7 @@ def build_manifest(module, datamodule=None) -> dict:
         "k": model.k,
         "depth": getattr(model.head, "depth", None),
         "head_config": plain(model.head_cfg),
+        "offsets": list(model.head.offsets),
         "model": plain(model.model_cfg),
         "horizons": horizon_map(model),
         "aliases": alias_key_groups(model),
@@ -107,6 +110,8 @@ def build_manifest(module, datamodule=None) -> dict:
         "data_seed": None if data is None else data.seed,
         "tokenizer": None if datamodule is None else plain(datamodule.tokenizer_identity),
         "corpus_fingerprint": None if datamodule is None else datamodule.corpus_fingerprint,
+        "target": plain(objective.target),
+        "init_from": getattr(module, "init_from", None),  # {source, kind, sha256} of the parent weights, or None
         "versions": package_versions(),
     }
 

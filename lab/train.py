@@ -57,11 +57,11 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         objective=OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None,
     )
     check_horizons_fit(module.model.k, datamodule.config.seq_len, module.model.head_cfg.offsets)
+    datamodule.setup("fit")
     if cfg.get("init_from"):
         from lab.checkpoint.init_from import load_parent_weights
 
         module.init_from = load_parent_weights(module.model, str(cfg.init_from), datamodule.tokenizer_identity)
-    datamodule.setup("fit")
     if record is not None:
         cost = cost_table(module.model, int(cfg.data.seq_len))
         print("cost:\n" + format_cost_table(cost))

@@ -52,9 +52,12 @@ def check_parent_fits(state: dict, parent_model: dict, parent_tokenizer: dict, m
         require(parent_tokenizer == tokenizer, "init_from", f"tokenizer differs: the parent has {parent_tokenizer}, this run has {tokenizer}")
     own = model.state_dict()
     foreign = sorted(set(state) - set(own))
-    require(not foreign, "init_from", f"the parent's {foreign[0]} has no place in this model" + (f" ({len(foreign) - 1} more)" if len(foreign) > 1 else ""))
+    if foreign:
+        more = f" ({len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise ConfigError("init_from", f"the parent's {foreign[0]} has no place in this model{more}")
     missing = sorted(key for key in own if key.startswith("trunk.") and key not in state)
-    require(not missing, "init_from", f"the parent has no {missing[0]} (the trunk must come from it whole)")
+    if missing:
+        raise ConfigError("init_from", f"the parent has no {missing[0]} (the trunk must come from it whole)")
     for key, tensor in state.items():
         require(tuple(tensor.shape) == tuple(own[key].shape), "init_from",
                 f"{key} has shape {tuple(tensor.shape)} in the parent, this model needs {tuple(own[key].shape)}")

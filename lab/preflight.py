@@ -113,7 +113,7 @@ def check_value_override(override, base: DictConfig, conf_dir: Path) -> None:
     key = override.key_or_group
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(base, parent) if parent else base
-    exists = isinstance(node, DictConfig) and leaf in node
+    exists = isinstance(node, DictConfig) and leaf in node.keys()  # `in node` is False for a `???` value
     if not exists:
         if override.is_add() or override.is_force_add() or override.is_delete():
             return
@@ -163,10 +163,29 @@ def preflight(argv: list[str], conf_dir: Path) -> DictConfig | None:
         check_value_override(override, base, conf_dir)
     first_job = [line for line in (first_job_override(o) for o in overrides) if line is not None]
     full = compose(conf_dir, first_job, with_hydra=True)
+    check_required_values(full)
     if "-m" in argv or "--multirun" in argv or str(full.hydra.mode) == "RunMode.MULTIRUN":
         return full  # each job validates itself; a failed job is recorded and the sweep goes on
     check_single_run(full)
     return full
+
+
+def check_required_values(cfg: DictConfig) -> None:
+    """A value the config marks `???` (e.g. draft_training's `parent`) must come from the command line."""
+    missing = [key for key in missing_values(cfg) if not key.startswith("hydra.")]
+    if missing:
+        raise ConfigError(missing[0], f"must be set on the command line ({missing[0]}=...); the config leaves it open (???)")
+
+
+def missing_values(node: DictConfig, prefix: str = ""):
+    """Keys whose value is `???`, without resolving interpolations (Hydra's own node has unset runtime fields)."""
+    for key in node.keys():
+        if OmegaConf.is_missing(node, key):
+            yield f"{prefix}{key}"
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and f"{prefix}{key}" != "hydra":
+            yield from missing_values(child, f"{prefix}{key}.")
 
 
 def first_job_override(override) -> str | None:

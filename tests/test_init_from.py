@@ -94,3 +94,27 @@ def test_init_from_a_missing_path_is_refused_before_the_run(tmp_path, cache_dir)
     result = lab_train(*TINY, f"init_from={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'run'}", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: init_from: no checkpoint")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_draft_training_second_stage_runs_as_one_sweep(tmp_path, cache_dir, parent):
+    """experiments/draft_training.yaml step 2 on a tiny parent: 3 jobs, the frozen ones keep the parent's trunk."""
+    import csv
+    import json
+
+    sweep = tmp_path / "sweep"
+    result = lab_train("-m", "experiment=draft_training", *TINY, "model.n_layers=2", f"parent={parent.parent.parent}",
+                       f"hydra.sweep.dir={sweep}", "callbacks.decoding.new_tokens=8", cache_dir=cache_dir, cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {row["overrides"]: row for row in csv.DictReader((sweep / "runs.csv").open())}
+    assert [row["status"] for row in rows.values()] == ["ok"] * 3
+    assert all(row["val/agree/h2"] and row["decode/tokens_per_forward"] for row in rows.values())
+    parent_state = torch.load(parent, weights_only=True)["state_dict"]
+    for job in sorted(p for p in sweep.iterdir() if (p / "run.json").exists()):
+        manifest = json.loads((job / "run.json").read_text())["manifest"]
+        state = torch.load(job / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        same_trunk = all(torch.equal(state[key], value) for key, value in parent_state.items())
+        frozen = manifest["head_config"]["trunk_grad"] == "frozen"
+        assert same_trunk == frozen and (manifest["init_from"] is not None) == frozen
+        if frozen:
+            assert manifest["init_from"]["sha256"] == sha256_file(parent)

@@ -97,13 +97,9 @@ def step_outputs(outputs) -> StepOutputs | None:
     return None if outputs is None else outputs.get("step")
 
 
-def local_counts(horizons: Sequence[Horizon], head=None, batch: dict | None = None) -> Tensor:
-    """[K] float64 valid rows per horizon on this rank; horizons the forward skipped are counted from
-    their labels alone (`head.validity_mask`), so every reduction sees the counts a full step sees."""
-    masks = [h.mask for h in horizons]
-    if head is not None:
-        masks += [head.validity_mask(k, batch) for k in range(len(horizons) + 1, head.k + 1)]
-    return torch.stack([m.sum() for m in masks]).to(torch.float64)  # [K]
+def local_counts(horizons: Sequence[Horizon], skipped: Sequence[Tensor] = ()) -> Tensor:
+    """[K] float64 valid rows per horizon on this rank; `skipped`: the masks of horizons the forward skipped."""
+    return torch.stack([m.sum() for m in [*(h.mask for h in horizons), *skipped]]).to(torch.float64)  # [K]
 
 
 def padded(values: Tensor, k: int) -> Tensor:
@@ -138,7 +134,8 @@ def train_step(
         # 1. Forward: one Horizon (d-wide rows, labels, mask, projection) per predicted offset, horizons 1..live.
         horizons = objective.training_targets(model(batch, live))
         # 2. Coefficients c_k from the valid counts (all-reduced for count_scope=global) and λ(progress).
-        rank_counts = local_counts(horizons, head, batch)  # [K] this rank's valid rows, skipped horizons included
+        # [K] this rank's valid rows; a skipped horizon's come from its labels (Objective.skipped_masks)
+        rank_counts = local_counts(horizons, objective.skipped_masks(head, batch, horizons))
         coeffs = objective.coefficients(rank_counts, batch["tokens"].numel(), progress)
         applied = coeffs.applied  # [K] float32: what this rank's backward multiplies each S_k by
         # 3. Probes read this step's graph before any backward; the meter does not count them.

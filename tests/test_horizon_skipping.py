@@ -50,8 +50,8 @@ class CapturedGradients:
         self.grads = {n: torch.zeros_like(p) if p.grad is None else p.grad.clone() for n, p in self.model.named_parameters()}
 
 
-def objective(weights: dict, schedule: str, policy: str = "global") -> Objective:
-    return Objective.build({"policy": policy}, weights, {"name": schedule}, k=3)
+def objective(weights: dict, schedule: str, policy: str = "global", target: str = "data") -> Objective:
+    return Objective.build({"policy": policy}, weights, {"name": schedule}, k=3, objective={"target": target})
 
 
 def step(model, obj, step_index: int):
@@ -64,12 +64,22 @@ def step(model, obj, step_index: int):
 @pytest.mark.parametrize("head", list(HEADS))
 @pytest.mark.parametrize("step_index, live", [(5, 2), (9, 1)])
 def test_skipped_horizons_equal_lambda_zero(head, schedule, step_index, live):
-    phased = objective({"name": "phased", "phases": PHASES}, schedule)
+    check_skipped_equals_lambda_zero(head, schedule, step_index, live, "data")
+
+
+@pytest.mark.parametrize("head", ["parallel", "deepseek", "parallel_leaps"])
+def test_skipped_horizons_equal_lambda_zero_under_distillation(head):
+    """A distilled horizon's rows also need a teacher row: skipped counts follow the same rule."""
+    check_skipped_equals_lambda_zero(head, "sequential", 5, 2, "distill")
+
+
+def check_skipped_equals_lambda_zero(head, schedule, step_index, live, target):
+    phased = objective({"name": "phased", "phases": PHASES}, schedule, target=target)
     progress = Progress(step_index, 0, TOTAL)
     assert phased.live_horizons(progress) == live
     lambdas = phased.weight_schedule.lambdas(progress).tolist()
     assert lambdas[live:] == [0.0] * (3 - live)
-    zero = objective({"name": "uniform", "lambdas": lambdas}, schedule)  # same λ, every horizon computed
+    zero = objective({"name": "uniform", "lambdas": lambdas}, schedule, target=target)  # same λ, every horizon computed
     skipped, g_skipped = step(build_model(**HEADS[head]), phased, step_index)
     full, g_full = step(build_model(**HEADS[head]), zero, step_index)
     assert skipped.active_horizons == live and full.active_horizons == 3

@@ -118,3 +118,10 @@ def test_draft_training_second_stage_runs_as_one_sweep(tmp_path, cache_dir, pare
         assert same_trunk == frozen and (manifest["init_from"] is not None) == frozen
         if frozen:
             assert manifest["init_from"]["sha256"] == sha256_file(parent)
+
+
+def test_a_frozen_trunk_needs_a_head_with_parameters():
+    from lab.model.mtp import build_model
+
+    with pytest.raises(ConfigError, match=r"^head\.trunk_grad: frozen leaves head=identity nothing to train"):
+        build_model({"vocab_size": 13, "d_model": 16, "n_heads": 2}, {"name": "identity", "k": 2, "trunk_grad": "frozen"})

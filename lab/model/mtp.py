@@ -107,6 +107,8 @@ def freeze_trunk(model: MTPModel) -> None:
     """`head.trunk_grad=frozen`: trunk blocks, embedding, final norm and unembedding take no gradient
     (so the optimizer holds no state for them); only the head's own Parameters train."""
     model.trunk.requires_grad_(False)
+    require(any(p.requires_grad for p in model.parameters()), "head.trunk_grad",
+            f"frozen leaves head={model.head_cfg.name} nothing to train (it has no parameters of its own); allowed: joint, detached")
 
 
 def alias_groups(model: nn.Module) -> list[list[str]]:

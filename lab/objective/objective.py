@@ -18,7 +18,7 @@ from lab.distributed import all_reduce_sum, world_size
 from lab.errors import ConfigError, require
 from lab.objective.backward import BACKWARD_SCHEDULES, build_backward_schedule
 from lab.objective.reductions import POLICIES, effective_weights, validate_reduction
-from lab.objective.targets import TargetConfig, attach_teachers
+from lab.objective.targets import TargetConfig, attach_teachers, supervised_mask
 from lab.objective.weights import Progress, WeightSchedule, build_weight_schedule
 
 COUNT_SCOPES = ("global", "local")
@@ -117,6 +117,12 @@ class Objective:
     def training_targets(self, horizons):
         """The horizons as the training loss sees them (distilled targets attached when configured)."""
         return attach_teachers(horizons, self.target)
+
+    def skipped_masks(self, head, batch: dict, horizons) -> list[Tensor]:
+        """[B, S-o_k] supervised rows of the horizons after the ones run (skipped), from the labels alone, so
+        every reduction policy sees the counts of a full step."""
+        return [supervised_mask(head.validity_mask(k, batch), horizons[0].mask, head.offsets[k - 1], self.target)
+                for k in range(len(horizons) + 1, head.k + 1)]
 
     @property
     def global_counts(self) -> bool:

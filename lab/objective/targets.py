@@ -59,10 +59,17 @@ def attach_teachers(horizons: list[Horizon], cfg: TargetConfig) -> list[Horizon]
     for horizon in horizons[1:]:
         o, rows = horizon.offset, horizon.hidden.shape[1]  # rows = S - o
         teacher_rows = first.hidden[:, o - 1 : o - 1 + rows].detach()  # [B, S-o, d]: next-token row t+o-1 predicts t+o
-        teacher_valid = first.mask[:, o - 1 : o - 1 + rows]  # [B, S-o]
         teacher = Teacher(teacher_rows, first.norm.weight.detach(), first.norm.eps, first.weight.detach(), ce_weight, kl_weight)
-        out.append(dataclasses.replace(horizon, mask=horizon.mask & teacher_valid, teacher=teacher))  # [B, S-o]
+        out.append(dataclasses.replace(horizon, mask=supervised_mask(horizon.mask, first.mask, o, cfg), teacher=teacher))
     return out
+
+
+def supervised_mask(mask: torch.Tensor, first_mask: torch.Tensor, offset: int, cfg: TargetConfig) -> torch.Tensor:
+    """[B, S-o] rows of an offset-o horizon the target supervises: the data rule, and for a distilled
+    target also a valid next-token row t+o-1 (the teacher)."""
+    if not cfg.distills or offset == 1:
+        return mask
+    return mask & first_mask[:, offset - 1 : offset - 1 + mask.shape[1]]  # [B, S-o]
 
 
 def teacher_rows_of(horizon: Horizon) -> torch.Tensor:

@@ -9,11 +9,14 @@ per-horizon tensors stay [K], and a run resumed across a phase boundary equals a
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from lab.callbacks.horizon_metrics import HorizonMetrics
 from lab.objective import Progress
 from lab.objective.objective import Objective
 from lab.step import train_step
@@ -130,7 +133,11 @@ def test_phased_run_logs_lambda_and_active_horizons_and_resumes_across_a_phase(t
 
     overrides = ("head=identity", "head.k=3", "weights=phased", "trainer.max_steps=6")
     record = Record()
-    _, whole, _ = fit(tiny_cfg(*overrides), tmp_path / "whole", max_steps=6, callbacks=[record])
+    trainer, whole, _ = fit(tiny_cfg(*overrides), tmp_path / "whole", max_steps=6, callbacks=[record, HorizonMetrics()])
+    logged = {name: value.item() for name, value in trainer.callback_metrics.items()}  # the last step's, as run.json records
+    assert logged["train/active_horizons"] == 1 and logged["train/lambda/h3"] == 0
+    assert math.isnan(logged["train/loss/h3"]) and math.isnan(logged["train/loss/h2"])  # skipped: not computed
+    assert math.isfinite(logged["train/loss/h1"]) and logged["train/count/h3"] > 0
     assert [s[0] for s in record.steps] == [3, 3, 2, 2, 1, 1]
     assert [s[1] for s in record.steps] == [[1, 0.5, 0.25], [1, 0.5, 0.125], [1, 0.5, 0], [1, 0.25, 0], [1, 0, 0], [1, 0, 0]]
     assert {s[2] for s in record.steps} == {(3,)}

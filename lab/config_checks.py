@@ -63,9 +63,12 @@ def check_run_config(cfg: DictConfig) -> None:
         require(Path(cfg.ckpt_path).exists(), "ckpt_path", f"no such checkpoint: {cfg.ckpt_path}")
 
 
-def check_horizons_fit(k: int, seq_len: int) -> None:
-    """The one check across groups: every horizon needs a target inside a row."""
-    require(k < seq_len, "head.k", f"must be < data.seq_len={seq_len}, got {k}")
+def check_horizons_fit(k: int, seq_len: int, offsets=None) -> None:
+    """The one check across groups: every horizon needs a target inside a row (the farthest offset, K by default)."""
+    if offsets is None or list(offsets) == list(range(1, k + 1)):
+        require(k < seq_len, "head.k", f"must be < data.seq_len={seq_len}, got {k}")
+    else:
+        require(max(offsets) < seq_len, "head.offsets", f"every offset must be < data.seq_len={seq_len}, got {list(offsets)}")
 
 
 def check_trainer(trainer: DictConfig) -> None:

@@ -1,8 +1,9 @@
 """The label compiler: which (source row, horizon) pairs are supervised.
 
 Two rules, both from DESIGN.md §3:
-- endpoint rule (independent heads): row t is valid at horizon k when both t and
-  t+k are real tokens of the same document occurrence;
+- endpoint rule (independent heads): row t is valid at a horizon of offset o when both t
+  and t+o are real tokens of the same document occurrence (o = k by default; leap offsets,
+  `head.offsets`, give horizon k its own o_k);
 - interval rule (DeepSeek chain): depth d's state at row t needs every token
   t..t+d real and in t's occurrence, because each depth consumed one of them.
 
@@ -35,7 +36,10 @@ def _check_target_mask(active: torch.Tensor, target_mask: torch.Tensor | None) -
 
 
 def horizon_mask(active: torch.Tensor, segment_ids: torch.Tensor, k: int, target_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """[B, S] -> [B, S-k] bool: source row t may be trained to predict token t+k."""
+    """[B, S] -> [B, S-k] bool: source row t may be trained to predict token t+k (k: the horizon's offset).
+
+    Only the endpoints count: a hole strictly between t and t+k does not break the pair.
+    """
     _check(active, segment_ids, k, "k")
     _check_target_mask(active, target_mask)
     same_doc = segment_ids[:, :-k] == segment_ids[:, k:]  # [B, S-k]: source t vs target t+k

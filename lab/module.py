@@ -54,7 +54,8 @@ class LightningOptimization:
 
 
 class MTPLitModule(pl.LightningModule):
-    def __init__(self, model: dict, head: dict, reduction: dict, weights: dict, schedule: dict, optim: dict, total_steps: int):
+    def __init__(self, model: dict, head: dict, reduction: dict, weights: dict, schedule: dict, optim: dict, total_steps: int,
+                 objective: dict | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -63,7 +64,8 @@ class MTPLitModule(pl.LightningModule):
         if compiled:
             compile_units(self.model)
         self.matrix_parameters = matrix_parameters(self.model)  # before any FSDP wrapping (lab/optim.py)
-        self.objective = Objective.build(reduction, weights, schedule, k=self.model.k)
+        self.objective = Objective.build(reduction, weights, schedule, k=self.model.k, objective=objective)
+        self.init_from: dict | None = None  # the parent's record when the weights came from `init_from` (manifest)
         self.optim = typed(OptimConfig, optim, "optim")
         self.total_steps = total_steps
         self.consumed_tokens = 0  # weight-schedule position; saved in checkpoints

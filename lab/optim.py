@@ -33,13 +33,14 @@ def matrix_parameters(model: torch.nn.Module) -> set[int]:
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, matrices: set[int] | None = None):
-    """(AdamW, LambdaLR stepped once per optimizer step); matrices decay, vectors do not.
+    """(AdamW, LambdaLR stepped once per optimizer step) over the trainable Parameters; matrices decay, vectors do not.
 
     `matrices`: `matrix_parameters(model)` taken before the model was wrapped (default: now).
     """
     matrices = matrix_parameters(model) if matrices is None else matrices
-    decay = [p for p in model.parameters() if id(p) in matrices]
-    no_decay = [p for p in model.parameters() if id(p) not in matrices]
+    trainable = [p for p in model.parameters() if p.requires_grad]  # a frozen trunk gets no optimizer state
+    decay = [p for p in trainable if id(p) in matrices]
+    no_decay = [p for p in trainable if id(p) not in matrices]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr,

@@ -113,7 +113,7 @@ def check_value_override(override, base: DictConfig, conf_dir: Path) -> None:
     key = override.key_or_group
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(base, parent) if parent else base
-    exists = isinstance(node, DictConfig) and leaf in node
+    exists = isinstance(node, DictConfig) and leaf in node.keys()  # `in node` is False for a `???` value
     if not exists:
         if override.is_add() or override.is_force_add() or override.is_delete():
             return
@@ -163,10 +163,29 @@ def preflight(argv: list[str], conf_dir: Path) -> DictConfig | None:
         check_value_override(override, base, conf_dir)
     first_job = [line for line in (first_job_override(o) for o in overrides) if line is not None]
     full = compose(conf_dir, first_job, with_hydra=True)
+    check_required_values(full)
     if "-m" in argv or "--multirun" in argv or str(full.hydra.mode) == "RunMode.MULTIRUN":
         return full  # each job validates itself; a failed job is recorded and the sweep goes on
     check_single_run(full)
     return full
+
+
+def check_required_values(cfg: DictConfig) -> None:
+    """A value the config marks `???` (e.g. draft_training's `parent`) must come from the command line."""
+    missing = [key for key in missing_values(cfg) if not key.startswith("hydra.")]
+    if missing:
+        raise ConfigError(missing[0], f"must be set on the command line ({missing[0]}=...); the config leaves it open (???)")
+
+
+def missing_values(node: DictConfig, prefix: str = ""):
+    """Keys whose value is `???`, without resolving interpolations (Hydra's own node has unset runtime fields)."""
+    for key in node.keys():
+        if OmegaConf.is_missing(node, key):
+            yield f"{prefix}{key}"
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and f"{prefix}{key}" != "hydra":
+            yield from missing_values(child, f"{prefix}{key}.")
 
 
 def first_job_override(override) -> str | None:
@@ -200,8 +219,13 @@ def check_single_run(cfg: DictConfig) -> None:
     model, _ = split_compile_option(plain("model"))
     model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
     trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
-    Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k)
-    check_horizons_fit(head.k, data.seq_len)
+    objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
+    Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)
+    check_horizons_fit(head.k, data.seq_len, head.offsets)
+    if cfg.get("init_from"):
+        from lab.checkpoint.init_from import parent_files
+
+        parent_files(str(cfg.init_from))  # a missing parent: one line now (its vocabulary is checked at build)
     if cfg.ckpt_path not in (None, "last"):
         from lab.checkpoint import load_checkpoint
 

@@ -71,9 +71,9 @@ class StepOutputs:
     """
 
     loss: Tensor  # [] float64: the objective the step optimised (Σ_k c_k S_k, over ranks); logged as train/objective
-    loss_sums: Tensor  # [K] float64 S_k summed over ranks
+    loss_sums: Tensor  # [K] float64 S_k summed over ranks (0 for a skipped horizon)
     counts: Tensor  # [K] float64 N_k over ranks (whatever the count scope: per-horizon metrics divide the sums by these)
-    local_counts: Tensor  # [K] this rank's N_k
+    local_counts: Tensor  # [K] this rank's rows with logits: N_k, 0 for a skipped horizon
     correct: Tensor | None  # [K] float64 top-1 hits over ranks; None when no logits exist (chunked)
     coefficients: Tensor  # [K] float64 c_k
     lambdas: Tensor  # [K] float64 λ_k
@@ -83,6 +83,7 @@ class StepOutputs:
     schedule: ScheduleConfig  # the backward schedule, vocabulary size and logit element size: for logits_live_bytes
     vocab_size: int
     logit_element_bytes: int
+    active_horizons: int = 0  # horizons 1..n this step ran (the rest had λ = 0 for good and were skipped); 0: all K
 
     @property
     def logits_live_bytes(self) -> int:
@@ -96,9 +97,20 @@ def step_outputs(outputs) -> StepOutputs | None:
     return None if outputs is None else outputs.get("step")
 
 
-def local_counts(horizons: Sequence[Horizon]) -> Tensor:
-    """[K] float64 valid rows per horizon on this rank."""
-    return torch.stack([h.mask.sum() for h in horizons]).to(torch.float64)  # [K]
+def local_counts(horizons: Sequence[Horizon], skipped: Sequence[Tensor] = ()) -> Tensor:
+    """[K] float64 valid rows per horizon on this rank; `skipped`: the masks of horizons the forward skipped."""
+    return torch.stack([m.sum() for m in [*(h.mask for h in horizons), *skipped]]).to(torch.float64)  # [K]
+
+
+def padded(values: Tensor, k: int) -> Tensor:
+    """[n] -> [K]: zeros for the horizons a step skipped."""
+    return torch.cat([values, values.new_zeros(k - values.numel())])  # [K]
+
+
+def touch_every_parameter(model: torch.nn.Module) -> Tensor:
+    """0 · Σ p over trainable Parameters: skipped horizons' weights get a zero gradient, as a λ = 0 step
+    gives them (same optimizer update, and DDP sees every Parameter used)."""
+    return sum((p.sum() * 0.0 for p in model.parameters() if p.requires_grad), torch.zeros(()))
 
 
 def train_step(
@@ -114,11 +126,16 @@ def train_step(
     """One optimizer step on `batch`; `measure_memory` turns the saved-tensor meter on for this step."""
     optimization.zero_grad()
     meter = SavedTensorMeter(exclude=model.parameters()) if measure_memory else contextlib.nullcontext()
+    head = model.head
+    # Horizons whose λ is 0 for the rest of training are skipped (blocks, projection, loss); probes
+    # (gradient diagnostics) measure every horizon, so a step with probes runs them all.
+    live = head.k if probes else objective.live_horizons(progress)
     with meter:
-        # 1. Forward: one Horizon (d-wide rows, labels, mask, projection) per predicted offset.
-        horizons = model(batch)
+        # 1. Forward: one Horizon (d-wide rows, labels, mask, projection) per predicted offset, horizons 1..live.
+        horizons = objective.training_targets(model(batch, live))
         # 2. Coefficients c_k from the valid counts (all-reduced for count_scope=global) and λ(progress).
-        rank_counts = local_counts(horizons)  # [K] this rank's valid rows
+        # [K] this rank's valid rows; a skipped horizon's come from its labels (Objective.skipped_masks)
+        rank_counts = local_counts(horizons, objective.skipped_masks(head, batch, horizons))
         coeffs = objective.coefficients(rank_counts, batch["tokens"].numel(), progress)
         applied = coeffs.applied  # [K] float32: what this rank's backward multiplies each S_k by
         # 3. Probes read this step's graph before any backward; the meter does not count them.
@@ -127,10 +144,12 @@ def train_step(
                 for probe in probes:
                     probe(batch, horizons, applied)
         # 4. Backward schedule: V-wide logits and cross-entropy per horizon; `root` carries the gradient to the Parameters.
-        root, stats = objective.backward_schedule.run(horizons, applied)
+        root, stats = objective.backward_schedule.run(horizons, applied[:live])  # stats: [live] per horizon
+        if live < head.k:
+            root = root + touch_every_parameter(model).to(root)
         # 5. The loss over ranks; a non-finite one stops the run before any Parameter gradient exists.
         #    The step's one host sync: the finiteness check and the token count in one transfer.
-        loss, global_sums = objective.loss(stats.loss_sums, coeffs)
+        loss, global_sums = objective.loss(padded(stats.loss_sums, head.k), coeffs)
         tokens = all_reduce_sum(batch["active"].sum())  # [] active tokens over ranks
         loss_value, token_count = torch.stack([loss, tokens.to(loss)]).tolist()  # float64: exact below 2^53 tokens
         if not math.isfinite(loss_value):
@@ -144,8 +163,8 @@ def train_step(
         loss=loss.detach(),
         loss_sums=global_sums,
         counts=coeffs.counts if objective.global_counts else all_reduce_sum(rank_counts),
-        local_counts=stats.counts,
-        correct=None if stats.correct is None else all_reduce_sum(stats.correct.to(torch.float64)),
+        local_counts=padded(stats.counts, head.k),
+        correct=None if stats.correct is None else all_reduce_sum(padded(stats.correct.to(torch.float64), head.k)),
         coefficients=coeffs.coefficients,
         lambdas=coeffs.lambdas,
         effective_weights=coeffs.loss_shares(rank_counts),
@@ -154,4 +173,5 @@ def train_step(
         schedule=objective.schedule,
         vocab_size=horizons[0].weight.shape[0],
         logit_element_bytes=horizons[0].hidden.element_size(),
+        active_horizons=live,
     )

@@ -54,9 +54,14 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         schedule=OmegaConf.to_container(cfg.schedule, resolve=True),
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         total_steps=int(cfg.trainer.max_steps),
+        objective=OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None,
     )
-    check_horizons_fit(module.model.k, datamodule.config.seq_len)
+    check_horizons_fit(module.model.k, datamodule.config.seq_len, module.model.head_cfg.offsets)
     datamodule.setup("fit")
+    if cfg.get("init_from"):
+        from lab.checkpoint.init_from import load_parent_weights
+
+        module.init_from = load_parent_weights(module.model, str(cfg.init_from), datamodule.tokenizer_identity)
     if record is not None:
         cost = cost_table(module.model, int(cfg.data.seq_len))
         print("cost:\n" + format_cost_table(cost))

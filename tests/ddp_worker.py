@@ -145,6 +145,7 @@ def build_module(case: dict, total_steps: int) -> MTPLitModule:
         schedule=dict(case["schedule"]),
         optim=dict(OPTIM),
         total_steps=total_steps,
+        objective=case.get("objective"),
     )
 
 

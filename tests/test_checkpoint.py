@@ -19,6 +19,7 @@ from lab.checkpoint import (
     validate_checkpoint,
     verify_restored,
 )
+from lab.checkpoint.manifest import compare_manifests
 from lab.checkpoint_io import SafeCheckpointIO
 from lab.errors import ConfigError
 from lab.train import build
@@ -96,6 +97,19 @@ def test_checkpoint_carries_a_weights_only_manifest(k4_run):
 
 
 # -------------------------------------------------------------------- mismatch refusal
+
+
+def test_manifest_from_before_offsets_and_targets_still_resumes(k4_run, cache_dir):
+    """A checkpoint written before head.offsets / objective.target existed trained offsets 1..K on data targets."""
+    path, module, datamodule = k4_run
+    manifest = torch.load(path, weights_only=True)["mtp_manifest"]
+    del manifest["offsets"], manifest["target"], manifest["head_config"]["offsets"]
+
+    compare_manifests(manifest, build_manifest(module, datamodule))  # accepted as what it trained
+    leap, _ = expected_for(*K4, "head.offsets=[1,2,3,5]", cache_dir=cache_dir)
+    with pytest.raises(ConfigError) as excinfo:
+        compare_manifests(manifest, leap)  # ... and still refused for what it did not
+    assert "offsets differs" in one_line_error(excinfo)
 
 
 def test_k4_checkpoint_with_k2_config_is_refused_by_the_cli(k4_run, tmp_path, cache_dir):

@@ -91,7 +91,18 @@ def case_list() -> list[dict]:
         {"name": f"schedule/{name}", "head": DEEPSEEK_D2, "reduction": reduction("head_mean"), "schedule": schedule(name)}
         for name in SCHEDULES
     ]
+    cases += [{"name": f"method/{name}", "reduction": reduction("global"), "schedule": schedule("sequential"), **case}
+              for name, case in METHOD_CASES.items()]
     return cases
+
+
+# Issue 17's methods under DDP: horizons 3-4 skipped (λ = 0 for good; `global` coefficients depend on their
+# counts, and DDP must see every Parameter used), a frozen trunk (no gradients), a distilled target.
+METHOD_CASES = {
+    "phased_skip": {"head": PARALLEL_K4, "weights": {"name": "phased", "phases": [[1, 0.5]], "boundaries": None}},
+    "frozen_trunk": {"head": {"name": "parallel", "k": 3, "trunk_grad": "frozen"}},
+    "distill": {"head": {"name": "parallel", "k": 3}, "objective": {"target": "mix", "mix_alpha": 0.5}},
+}
 
 
 def clean_env() -> dict:
@@ -350,3 +361,14 @@ def test_validation_with_rows_not_divisible_by_ranks_counts_each_row_once(runs, 
     assert "val/bpb" in single["val"] and "val/loss/h4" in single["val"]
     counts = [key for key in single["val"] if key.startswith("val/count/")]
     assert counts and all(torch.equal(ddp["val"][key], single["val"][key]) for key in counts)
+
+
+# ---- 6. issue 17's methods are exact under DDP ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(METHOD_CASES))
+def test_new_methods_match_single_process(runs, name):
+    assert_same_step(runs["ddp"][f"method/{name}"], runs["single"][f"method/{name}"], f"{name}: 2-process DDP vs 1 process")
+    if name == "frozen_trunk":
+        none = runs["ddp"]["method/frozen_trunk"]["grad_none"]
+        assert none and all(p.startswith("trunk.") for p in none)

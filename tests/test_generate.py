@@ -20,6 +20,7 @@ HEADS = {
     "causal": ("causal", 3, {}),
     "anticausal": ("anticausal", 2, {}),
     "deepseek": ("deepseek", 3, {"depth": 2}),
+    "identity": ("identity", 3, {}),
 }
 
 

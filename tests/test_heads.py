@@ -460,7 +460,7 @@ def test_compute_match_without_a_trunk_layer_raises(head, match):
         (dict(name="ntp", k=2), "head.k"),
         (dict(name="nope", k=1), "head.name"),
         (dict(name="parallel", k=2, init="zeros"), "head.init"),
-        (dict(name="parallel", k=2, trunk_grad="frozen"), "head.trunk_grad"),
+        (dict(name="parallel", k=2, trunk_grad="frozn"), "head.trunk_grad"),
         (dict(name="parallel", k=2, compute_match="layers"), "head.compute_match"),
     ],
 )

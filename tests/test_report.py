@@ -299,3 +299,28 @@ def test_a_sweep_without_answers_has_no_answer_section(fake_sweep):
     build_sweep_report(fake_sweep)
     md = (fake_sweep / "report.md").read_text()
     assert "answer accuracy" not in md.lower() and "## Decoding (live, end of training)" in md
+
+
+def test_welch_one_sided_p_values_hand_computed():
+    from lab.report.significance import welch_less
+
+    # equal variances 1, n = 3: t = -1 / sqrt(2/3) = -1.2247, df = 4; P(T_4 < -1.2247) = 0.1439 (t tables)
+    difference, p = welch_less([1, 2, 3], [2, 3, 4])
+    assert difference == -1.0 and p == pytest.approx(0.1439, abs=5e-4)
+    # unequal variances 0.02333 (n 3) and 0.01667 (n 4): t = -3.8125, Welch df = 3.96; p ≈ 0.0096
+    difference, p = welch_less([1.0, 1.1, 1.3], [1.5, 1.4, 1.6, 1.7])
+    assert difference == pytest.approx(-0.41667, abs=1e-5) and p == pytest.approx(0.0096, abs=3e-4)
+    assert welch_less([2.0, 2.0], [3.0, 3.0]) == (-1.0, 0.0)  # no spread: the sign decides
+
+
+def test_findings_state_the_difference_to_ntp_with_a_one_sided_welch_p(tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    for job, (head, seed, shift) in enumerate([(h, s, -0.105 if h == "parallel" else 0.0) for h in ("ntp", "parallel") for s in range(3)]):
+        fake_job(sweep, job, head, seed, shift=shift)
+    build_sweep_report(sweep)
+    md = (sweep / "report.md").read_text()
+    line = next(line for line in md.splitlines() if "one-sided Welch t-test" in line)
+    # parallel: 2.995 + 0.01·seed vs ntp 3.0 + 0.01·seed → −0.005; t = −0.6124, df = 4, p = 0.2868
+    assert "head=parallel -0.0050 (n = 3 vs 3, p = 0.287)" in line, line

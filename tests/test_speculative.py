@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lab.decode import generate, select_mtp_one
+from lab.errors import ConfigError
 from lab.decode.acceptance import select
 from lab.decode.generate import Decoder
 from lab.decode.sampling import TokenChooser, sample, uniform
@@ -275,3 +276,29 @@ def test_ledger_identity_for_the_one_proposal_deepseek_round():
     assert mean_r == 1 + acceptance and 0 < acceptance < 1
     # The bootstrap token is counted once per request, outside the rounds.
     assert all(s["emitted"] == 1 + sum(s["emitted_by_round"]) for s in stats_all)
+
+
+# --------------------------------------------------------------------------- identity heads and leap offsets
+
+
+def test_identity_heads_draft_through_the_independent_proposer():
+    """Identity horizons draft with the next-token logits at the last row: exact, and every slot is proposed."""
+    torch.manual_seed(0)
+    model = MTPModel(model_config(4), head_config({"name": "identity", "k": 3})).double()
+    model = fit_counting(model)
+    for seed, length in ((0, 1), (1, 6)):
+        prompt = torch.randint(0, 37, (length,), generator=torch.Generator().manual_seed(seed))
+        plain = generate(model, prompt, 24)
+        spec = generate(model, prompt, 24, speculative=True)
+        assert spec.tokens == plain.tokens
+        assert spec.stats["proposed_by_position"][0] > 0 and len(spec.stats["proposed_by_position"]) == 2
+
+
+def test_speculative_refuses_leap_offsets_in_one_line():
+    torch.manual_seed(0)
+    model = MTPModel(model_config(4), head_config({"name": "parallel", "k": 3, "offsets": [1, 3, 5],
+                                                   "compute_match": "next_token_path"})).eval()
+    with pytest.raises(ConfigError, match=r"^speculative: head\.offsets=\[1, 3, 5\] leave draft slots without a head") as error:
+        generate(model, torch.tensor([1, 2, 3]), 4, speculative=True)
+    assert "\n" not in str(error.value)
+    assert len(generate(model, torch.tensor([1, 2, 3]), 4).tokens) == 4  # plain decoding still works

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
 from lab.data import TASKS, check_data_config
+from lab.objective import Progress
 from lab.errors import ConfigError
 from lab.model.mtp import parameter_table
 from lab.module import MTPLitModule
@@ -24,8 +25,10 @@ from tests.cli import TINY, lab_train, read_run
 FIGURES = {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "effective_weights.png", "logit_memory.png"}
 EXPERIMENTS = (
     "quick_ablation", "head_ablation", "reduction_ablation", "weight_ablation", "deepseek_depth", "memory", "scale",
-    "star_graph", "induction",
+    "star_graph", "induction", "speedrun_mtp", "draft_training",
 )
+# Command-line values an experiment requires (`???` in its YAML).
+REQUIRED = {"draft_training": ["parent=/tmp/unused-parent"]}
 
 
 def runs_csv(sweep: Path) -> list[dict]:
@@ -162,7 +165,7 @@ def test_every_experiment_job_composes_and_builds(name):
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         for overrides in sweep_jobs(name):
             # narrow models keep this fast; depth, K and every structural choice are the experiment's own
-            small = ["model.d_model=32", "model.n_heads=2", "paths.output_dir=/tmp/unused"]
+            small = ["model.d_model=32", "model.n_heads=2", "paths.output_dir=/tmp/unused", *REQUIRED.get(name, [])]
             if name == "scale":
                 small.append("trainer.accelerator=cpu")  # trainer=fsdp asks for GPUs; the check for one is tested elsewhere
             cfg = compose("train", overrides=[f"experiment={name}", *overrides, *small], return_hydra_config=True)
@@ -172,11 +175,12 @@ def test_every_experiment_job_composes_and_builds(name):
                 check_data_config(OmegaConf.to_container(cfg.data, resolve=True))
             model = OmegaConf.to_container(cfg.model, resolve=True)
             model["vocab_size"] = model["vocab_size"] or cfg.data.get("vocab_size") or 259
-            parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("head", "reduction", "weights", "schedule", "optim")}
+            parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("head", "reduction", "weights", "schedule", "optim", "objective")}
             module = MTPLitModule(model=model, total_steps=int(cfg.trainer.max_steps), **parts)
-            check_horizons_fit(module.model.k, cfg.data.seq_len)
-            job = json.dumps({key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("data", "model", "head", "reduction", "weights", "schedule")}
-                             | {"seed": cfg.seed}, sort_keys=True)
+            check_horizons_fit(module.model.k, cfg.data.seq_len, module.model.head_cfg.offsets)
+            job = json.dumps({key: OmegaConf.to_container(cfg[key], resolve=True)
+                              for key in ("data", "model", "head", "reduction", "weights", "schedule", "objective", "trainer")} | {"init_from": cfg.init_from, "seed": cfg.seed},
+                             sort_keys=True)
             assert job not in seen, f"{name}: {overrides} repeats another job's configuration"
             seen.add(job)
             table = parameter_table(module.model)
@@ -185,6 +189,13 @@ def test_every_experiment_job_composes_and_builds(name):
                 assert table["blocks_trunk"] >= 2, (overrides, table)
             if name == "quick_ablation":
                 assert module.model.k == (1 if cfg.head.name == "ntp" else 4)
+            if name == "speedrun_mtp" and cfg.head.name == "identity":  # the record's schedule over thirds of training
+                schedule, total = module.objective.weight_schedule, cfg.trainer.max_steps
+                assert [schedule.live_horizons(Progress(s, 0, total)) for s in (0, total // 3, 2 * total // 3)] == [3, 2, 1]
+            if name == "draft_training":  # the two-stage jobs start from the parent with a frozen trunk; joint from scratch
+                frozen = cfg.variant != "joint"
+                assert (cfg.init_from == "/tmp/unused-parent") == frozen and (cfg.head.trunk_grad == "frozen") == frozen
+                assert table["blocks_trunk"] == cfg.model.n_layers  # the parent's trunk shape (compute_match=none)
 
 
 def test_empty_experiment_lists_the_experiments_with_descriptions(tmp_path):

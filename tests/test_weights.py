@@ -27,7 +27,7 @@ def lambdas(name: str, k: int, progress: Progress, **options) -> list[float]:
 def test_registry_names():
     assert set(WEIGHT_SCHEDULES) == {
         "uniform", "geometric", "medusa", "deepseek", "linear_decay",
-        "curriculum_forward", "curriculum_reverse", "anneal",
+        "curriculum_forward", "curriculum_reverse", "anneal", "phased",
     }
 
 
@@ -287,3 +287,56 @@ def test_fresh_schedule_at_restored_progress_matches_the_original(name, options)
     assert torch.equal(original.lambdas(restored_at), before[7])
     assert torch.equal(original.lambdas(trajectory[0]), before[0])
     assert original == resumed
+
+
+# ------------------------------------------------------------------ phased (the speed-run record's schedule)
+
+RECORD_PHASES = [[1, 0.5, [0.25, 0]], [1, [0.5, 0]], [1]]
+
+
+@pytest.mark.parametrize("step, expected, live", [
+    # 12 steps in thirds: phase 1 = steps 0-3, phase 2 = 4-7, phase 3 = 8-11; a ramp runs over its phase's fraction
+    (0, [1.0, 0.5, 0.25], 3),  # start of phase 1
+    (2, [1.0, 0.5, 0.125], 3),  # f = 1/6: halfway through phase 1
+    (3, [1.0, 0.5, 0.0625], 3),  # last step of phase 1: 0.25 · (1 - 3/4)
+    (4, [1.0, 0.5, 0.0], 2),  # boundary at exactly 1/3: phase 2 starts, horizon 3 is 0 for good
+    (6, [1.0, 0.25, 0.0], 2),  # halfway through phase 2
+    (7, [1.0, 0.125, 0.0], 2),
+    (8, [1.0, 0.0, 0.0], 1),  # boundary at 2/3: only the next-token horizon is left
+    (11, [1.0, 0.0, 0.0], 1),
+    (12, [1.0, 0.0, 0.0], 1),  # past the end: the last phase holds
+])
+def test_phased_record_schedule_at_phase_boundaries(step, expected, live):
+    schedule = build_weight_schedule("phased", 3, phases=RECORD_PHASES)
+    progress = at(step, total=12)
+    assert schedule.lambdas(progress).tolist() == expected
+    assert schedule.live_horizons(progress) == live
+
+
+def test_phased_explicit_boundaries_and_horizons_left_out_are_zero():
+    schedule = build_weight_schedule("phased", 4, phases=[[1, [1, 0]], [1, 0, 2]], boundaries=[0.25])
+    assert lambdas("phased", 4, at(0, total=8), phases=[[1, [1, 0]], [1, 0, 2]], boundaries=[0.25]) == [1.0, 1.0, 0.0, 0.0]
+    assert schedule.lambdas(at(1, total=8)).tolist() == [1.0, 0.5, 0.0, 0.0]
+    assert schedule.lambdas(at(2, total=8)).tolist() == [1.0, 0.0, 2.0, 0.0]
+    # horizon 2 is 0 in the last phase but horizon 3 is not: horizons 1..3 still run, 4 never does
+    assert [schedule.live_horizons(at(s, total=8)) for s in (0, 2, 7)] == [3, 3, 3]
+
+
+def test_phased_a_horizon_that_returns_later_is_not_skipped():
+    schedule = build_weight_schedule("phased", 2, phases=[[1, 1], [1, 0], [1, 1]])
+    assert [schedule.live_horizons(at(s, total=3)) for s in range(3)] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("options, field", [
+    (dict(phases=[[1, 0.5, 0.25, 0.1]]), "weights.phases[0]"),  # more horizons than K = 3
+    (dict(phases=[[1, [0.5, 0, 1]]]), "weights.phases[0]"),
+    (dict(phases=[[1, -0.5]]), "weights.phases[0]"),
+    (dict(phases="abc"), "weights.phases"),
+    (dict(phases=[[1], [1]], boundaries=[0.5, 0.7]), "weights.boundaries"),
+    (dict(phases=[[1], [1], [1]], boundaries=[0.6, 0.3]), "weights.boundaries"),
+    (dict(phases=[[1], [1]], boundaries=[1.0]), "weights.boundaries"),
+])
+def test_phased_rejects_bad_phases_naming_the_field(options, field):
+    with pytest.raises(ConfigError) as error:
+        build_weight_schedule("phased", 3, **options)
+    assert error.value.field == field

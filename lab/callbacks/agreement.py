@@ -1,6 +1,7 @@
 """Draft agreement in validation: how often horizon k's top-1 equals the next-token path's.
 
-Horizon k at row t predicts token t+k; so does the next-token path at row t+k−1. If they
+Horizon k at row t predicts token t+k (t+o_k with leap offsets); so does the next-token path at row t+k−1
+(t+o_k−1). If they
 agree, a greedy self-speculative decoder would accept that draft (given the path up to
 it). From the argmaxes the validation step already computed (no cache, no extra projection):
 
@@ -21,16 +22,17 @@ import torch
 from lab.callbacks.horizon_metrics import ratio
 
 
-def agreement_counts(row_argmax: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+def agreement_counts(row_argmax: list[torch.Tensor], offsets=None) -> dict[str, torch.Tensor]:
     """Per horizon k = 1..K: rows compared, rows agreeing, chain rows (2..k-1 agree), chain rows agreeing at k.
 
-    row_argmax[k-1]: [B, S-k] top-1 ids of horizon k, -1 where the row is not supervised.
+    row_argmax[k-1]: [B, S-o_k] top-1 ids of horizon k, -1 where the row is not supervised; offsets o_k default to k.
     """
+    offsets = range(1, len(row_argmax) + 1) if offsets is None else offsets
     first = row_argmax[0]  # [B, S-1]
     agree_grids, valid_grids = [], []
-    for k, choice in enumerate(row_argmax, start=1):
-        rows = choice.shape[1]  # S-k
-        reference = first[:, k - 1 : k - 1 + rows]  # [B, S-k]: the next-token path at row t+k-1 (predicts t+k)
+    for choice, o in zip(row_argmax, offsets):
+        rows = choice.shape[1]  # S-o
+        reference = first[:, o - 1 : o - 1 + rows]  # [B, S-o]: the next-token path at row t+o-1 (predicts t+o)
         valid = (choice >= 0) & (reference >= 0)  # [B, S-k]
         agree_grids.append(valid & (choice == reference))
         valid_grids.append(valid)
@@ -45,16 +47,20 @@ def agreement_counts(row_argmax: list[torch.Tensor]) -> dict[str, torch.Tensor]:
     return {"compared": stack(compared), "agreed": stack(agreed), "chain_rows": stack(chain_rows), "chain_agreed": stack(chain_agreed)}
 
 
-def agreement_metrics(totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def agreement_metrics(totals: dict[str, torch.Tensor], contiguous: bool = True) -> dict[str, torch.Tensor]:
+    """val/agree/h{k}; the chain metrics and the tokens-per-forward estimate only for contiguous offsets
+    (a leap leaves draft slots no head fills, so no decoder accepts that chain)."""
     agree = ratio(totals["agreed"], totals["compared"])
     chain = ratio(totals["chain_agreed"], totals["chain_rows"])
     metrics, reach, estimate = {}, torch.tensor(1.0, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)
     for k in range(2, agree.numel() + 1):
         metrics[f"val/agree/h{k}"] = agree[k - 1]
+        if not contiguous:
+            continue
         metrics[f"val/agree_chain/h{k}"] = chain[k - 1]
         reach = reach * chain[k - 1]  # P(drafts 2..k all accepted)
         estimate = estimate + reach
-    if agree.numel() > 1:
+    if agree.numel() > 1 and contiguous:
         metrics["val/est_tokens_per_forward"] = estimate
     return metrics
 
@@ -70,12 +76,12 @@ class DraftAgreement(pl.Callback):
         row_argmax = outputs["stats"].row_argmax
         if row_argmax is None or len(row_argmax) < 2:
             return
-        for name, value in agreement_counts(row_argmax).items():
+        for name, value in agreement_counts(row_argmax, pl_module.model.head.offsets).items():
             self._totals[name] = self._totals.get(name, 0) + value.cpu()
 
     def on_validation_epoch_end(self, trainer, pl_module):
         if not self._totals or trainer.sanity_checking:
             return
         totals = {name: pl_module.all_reduce_sum(value.to(pl_module.device)).cpu() for name, value in self._totals.items()}
-        metrics = agreement_metrics(totals)
+        metrics = agreement_metrics(totals, pl_module.model.head_cfg.contiguous_offsets)
         pl_module.log_dict({name: value.float() for name, value in metrics.items()}, on_epoch=True, sync_dist=False, batch_size=1)

@@ -62,16 +62,20 @@ class HorizonMetrics(pl.Callback):
         if step is None or trainer.global_step % self.log_every_n_steps:
             return
         counts = step.counts
-        metrics = {}
+        active = step.active_horizons or counts.numel()
+        metrics = {"train/active_horizons": torch.tensor(float(active))}
         for k in range(1, counts.numel() + 1):
             i = k - 1
-            metrics[f"train/loss/h{k}"] = step.loss_sums[i] / counts[i].clamp_min(1)
             metrics[f"train/count/h{k}"] = counts[i]
             metrics[f"train/weight_eff/h{k}"] = step.effective_weights[i]
             metrics[f"train/lambda/h{k}"] = step.lambdas[i]
             metrics[f"train/coef/h{k}"] = step.coefficients[i]  # this rank's (differs per rank under count_scope=local)
+            # A skipped horizon (λ = 0 for good) has no loss or accuracy: NaN, like a ratio without rows
+            # (leaving it out would let Lightning repeat its last value).
+            skipped = torch.tensor(float("nan")) if k > active else None
+            metrics[f"train/loss/h{k}"] = step.loss_sums[i] / counts[i].clamp_min(1) if skipped is None else skipped
             if step.correct is not None:
-                metrics[f"train/acc/h{k}"] = step.correct[i] / counts[i].clamp_min(1)
+                metrics[f"train/acc/h{k}"] = step.correct[i] / counts[i].clamp_min(1) if skipped is None else skipped
         pl_module.log_dict({name: value.float() for name, value in metrics.items()}, on_step=True, on_epoch=False, batch_size=1)
 
     def on_validation_epoch_start(self, trainer, pl_module):

@@ -123,7 +123,7 @@ def validate_checkpoint(path: str | os.PathLike, expected: dict, module) -> dict
 
 
 def verify_restored(module, optimizer=None, groups: list[list[str]] | None = None) -> None:
-    """After a load: every alias group is one Parameter object, and the optimizer holds each Parameter once.
+    """After a load: every alias group is one Parameter object, and the optimizer holds each trainable Parameter once.
 
     `groups` are the state keys that were one Parameter before the load (the checkpoint's
     manifest); recomputing them afterwards would not see a group that the load split.
@@ -138,7 +138,7 @@ def verify_restored(module, optimizer=None, groups: list[list[str]] | None = Non
         raise RuntimeError("the tied unembedding is no longer the embedding Parameter after loading")
     if optimizer is None:
         return
-    params = {id(p): p for p in module.parameters()}
+    params = {id(p): p for p in module.parameters() if p.requires_grad}  # frozen Parameters are never bound
     bound = [id(p) for group in optimizer.param_groups for p in group["params"]]
     if len(bound) != len(set(bound)) or set(bound) != set(params):
         raise RuntimeError("the optimizer does not hold every Parameter exactly once")

@@ -41,6 +41,8 @@ CHECKED_FIELDS = {
     "fixed_denominator": "reduction.fixed_denominator",
     "schedule": "schedule.name",
     "chunk_rows": "schedule.chunk_rows",
+    "offsets": "head.offsets",
+    "target": "objective",
     "horizons": "horizons",
     "aliases": "aliases",
 }
@@ -91,6 +93,7 @@ def build_manifest(module, datamodule=None) -> dict:
         "k": model.k,
         "depth": getattr(model.head, "depth", None),
         "head_config": plain(model.head_cfg),
+        "offsets": list(model.head.offsets),
         "model": plain(model.model_cfg),
         "horizons": horizon_map(model),
         "aliases": alias_key_groups(model),
@@ -107,6 +110,8 @@ def build_manifest(module, datamodule=None) -> dict:
         "data_seed": None if data is None else data.seed,
         "tokenizer": None if datamodule is None else plain(datamodule.tokenizer_identity),
         "corpus_fingerprint": None if datamodule is None else datamodule.corpus_fingerprint,
+        "target": plain(objective.target),
+        "init_from": getattr(module, "init_from", None),  # {source, kind, sha256} of the parent weights, or None
         "versions": package_versions(),
     }
 
@@ -153,7 +158,21 @@ def first_difference(saved: Any, expected: Any, path: str) -> str | None:
     return f"{path} differs: checkpoint has {_short(saved)}, config has {_short(expected)}"
 
 
+def with_later_defaults(saved: dict) -> dict:
+    """A manifest written before leap offsets and distilled targets existed, read as what it trained:
+    offsets 1..K and data targets (the defaults then and now), so such checkpoints still resume."""
+    saved = dict(saved)
+    k = saved.get("k")
+    if "offsets" not in saved and isinstance(k, int):
+        saved["offsets"] = list(range(1, k + 1))
+    if isinstance(saved.get("head_config"), dict) and "offsets" not in saved["head_config"]:
+        saved["head_config"] = {**saved["head_config"], "offsets": None}
+    saved.setdefault("target", {"target": "data", "mix_alpha": 0.5})
+    return saved
+
+
 def compare_manifests(saved: dict, expected: dict) -> None:
+    saved = with_later_defaults(saved)
     for key, field in CHECKED_FIELDS.items():
         found = first_difference(saved.get(key, _MISSING), expected.get(key, _MISSING), field)
         if found:

@@ -41,7 +41,7 @@ def document_prompts(batches, count: int, length: int) -> list[list[int]]:
 
 def evaluate_decoding(model, prompts: list[list[int]], new_tokens: int, temperature: float = 0.0, seed: int = 0) -> dict:
     """Plain and speculative (when the head drafts) decoding of each prompt; metrics, ledgers, per-prompt outputs."""
-    speculative = getattr(model.head, "draft_proposer", None) is not None and model.k > 1
+    speculative = model.head.can_draft  # drafting heads at offsets 2..K
     plain_runs, spec_runs, per_prompt = [], [], []
     for i, prompt in enumerate(prompts):
         ids = torch.tensor(prompt)

@@ -65,6 +65,9 @@ class Decoder:
     def __init__(self, model, chooser: TokenChooser, speculative: bool, draft_steps: int | None, eos: int | None):
         self.state = CachedModel(model)
         self.chooser, self.eos = chooser, eos
+        if speculative and not model.head_cfg.contiguous_offsets:
+            raise ConfigError("speculative", f"head.offsets={list(model.head.offsets)} leave draft slots without a head; "
+                              "speculative decoding needs contiguous offsets [1..K] (use speculative=False)")
         self.proposer = build_proposer(self.state, draft_steps) if speculative else None
         if speculative and (self.proposer is None or self.proposer.max_drafts < 1):
             raise ConfigError(

@@ -7,7 +7,7 @@ What is counted, as the model computes it (dense over the rows each layer runs o
   mask; causality and document boundaries are masked, not skipped);
 - the head's own layers (`MTPHead.forward_flops`): head blocks (and blocks recomputed for a
   detached trunk), the linear head's d×d maps, DeepSeek's 2d→d projections (depth d on S-d rows);
-- the K projections to the vocabulary: horizon k's S-k rows, 2·(S-k)·d·V each.
+- the K projections to the vocabulary: horizon k's S-o_k rows (o_k = k unless `head.offsets`), 2·(S-o_k)·d·V each.
 
 Not counted: norms, activations, softmax, cross-entropy and embedding lookups (no matmul).
 This is what `torch.utils.flop_counter.FlopCounterMode` counts on the forward (the tests check
@@ -39,7 +39,7 @@ def forward_flops_per_sequence(model: MTPModel, seq_len: int) -> int:
     """Forward matmul FLOPs of trunk, head and the K vocabulary projections for one sequence."""
     cfg = model.model_cfg
     trunk = len(model.trunk.blocks) * block_forward_flops(cfg, seq_len)
-    projections = sum(2 * (seq_len - k) * cfg.d_model * cfg.vocab_size for k in range(1, model.k + 1))  # [S-k, d] @ [d, V]
+    projections = sum(2 * (seq_len - o) * cfg.d_model * cfg.vocab_size for o in model.head.offsets)  # [S-o_k, d] @ [d, V]
     return trunk + model.head.forward_flops(seq_len, cfg) + projections
 
 

@@ -71,6 +71,8 @@ class MTPModel(nn.Module):
         self.trunk = Trunk(model_cfg, trunk_layers(model_cfg, head_cfg))
         self.head = head_class(head_cfg.name)(head_cfg, model_cfg)
         self.head.initialize(self.trunk)
+        if head_cfg.trunk_grad == "frozen":
+            freeze_trunk(self)
         check_alias_contract(self)
 
     @property
@@ -80,10 +82,13 @@ class MTPModel(nn.Module):
     def shared_parts(self) -> SharedParts:
         return SharedParts(self.trunk.embed, self.trunk.final_norm, self.trunk.unembedding)
 
-    def forward(self, batch: dict) -> list[Horizon]:
+    def forward(self, batch: dict, n_horizons: int | None = None) -> list[Horizon]:
+        """Horizons 1..K, or only the first `n_horizons` (the others' blocks and projections never run)."""
         ctx = self.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
         hidden = self.trunk(batch["tokens"], ctx)  # [B, S, d]
-        return self.head(hidden, batch, ctx, self.shared_parts())
+        if n_horizons is None or n_horizons >= self.k:
+            return self.head(hidden, batch, ctx, self.shared_parts())  # a head written without skipping support works too
+        return self.head(hidden, batch, ctx, self.shared_parts(), n_horizons)
 
     def horizon_logits(self, k: int, rows: torch.Tensor) -> torch.Tensor:
         """[..., d] rows of horizon k (before the final norm) -> [..., V] logits."""
@@ -96,6 +101,14 @@ class MTPModel(nn.Module):
         hidden = self.trunk(batch["tokens"], ctx)  # [B, S, d]
         rows = next(self.head.horizon_rows(hidden, lambda key: ctx))  # [B, S, d]: horizon 1 at every row
         return self.horizon_logits(1, rows)  # [B, S, V]
+
+
+def freeze_trunk(model: MTPModel) -> None:
+    """`head.trunk_grad=frozen`: trunk blocks, embedding, final norm and unembedding take no gradient
+    (so the optimizer holds no state for them); only the head's own Parameters train."""
+    model.trunk.requires_grad_(False)
+    require(any(p.requires_grad for p in model.parameters()), "head.trunk_grad",
+            f"frozen leaves head={model.head_cfg.name} nothing to train (it has no parameters of its own); allowed: joint, detached")
 
 
 def alias_groups(model: nn.Module) -> list[list[str]]:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.nn import LinearCrossEntropyOptions
 
 from lab.errors import ConfigError, require
+from lab.objective.targets import target_loss_sum, teacher_rows_of
 
 
 @dataclass
@@ -44,11 +45,13 @@ def project(rows: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: t
 
 
 def horizon_loss(rows, labels, horizon, norm_weight=None, weight=None):
-    """Sum cross-entropy and top-1 hits of one horizon on given rows (optionally with leaf weights)."""
+    """Summed loss (cross-entropy, or the distilled target's) and top-1 hits of one horizon on given rows
+    (optionally with leaf weights)."""
     norm_weight = horizon.norm.weight if norm_weight is None else norm_weight
     weight = horizon.weight if weight is None else weight
     logits = project(rows, norm_weight, horizon.norm.eps, weight)  # [N_k, V]
-    loss_sum = F.cross_entropy(logits, labels, reduction="sum")
+    teacher_rows = None if horizon.teacher is None else teacher_rows_of(horizon)  # [N_k, d]
+    loss_sum = target_loss_sum(logits, labels, horizon, teacher_rows)
     return loss_sum, top1_hits(logits.detach(), labels).sum()
 
 

@@ -18,6 +18,7 @@ from lab.distributed import all_reduce_sum, world_size
 from lab.errors import ConfigError, require
 from lab.objective.backward import BACKWARD_SCHEDULES, build_backward_schedule
 from lab.objective.reductions import POLICIES, effective_weights, validate_reduction
+from lab.objective.targets import TargetConfig, attach_teachers, supervised_mask
 from lab.objective.weights import Progress, WeightSchedule, build_weight_schedule
 
 COUNT_SCOPES = ("global", "local")
@@ -90,18 +91,38 @@ class StepCoefficients:
 
 
 class Objective:
-    def __init__(self, reduction: ReductionConfig, schedule: ScheduleConfig, weight_schedule: WeightSchedule):
+    def __init__(self, reduction: ReductionConfig, schedule: ScheduleConfig, weight_schedule: WeightSchedule,
+                 target: TargetConfig | None = None):
         self.reduction, self.schedule = reduction, schedule
         self.weight_schedule = weight_schedule
+        self.target = target or TargetConfig()
+        # F.linear_cross_entropy takes hard labels only: a distilled target needs the logits.
+        require(not (self.target.distills and schedule.name == "chunked"), "objective.target",
+                f"'{self.target.target}' needs the logits, which schedule=chunked never builds; allowed with chunked: data "
+                "(or use schedule=sequential)")
         self.backward_schedule = build_backward_schedule(schedule.name, schedule.chunk_rows)
         self._policy = POLICIES[reduction.policy]
 
     @classmethod
-    def build(cls, reduction: Mapping, weights: Mapping, schedule: Mapping, k: int) -> Objective:
-        """From the config groups' mappings, for K horizons; every check of these groups runs here."""
+    def build(cls, reduction: Mapping, weights: Mapping, schedule: Mapping, k: int, objective: Mapping | None = None) -> Objective:
+        """From the config groups' mappings (and the `objective` node: targets), for K horizons; every check runs here."""
         options = {key: value for key, value in weights.items() if key != "name"}
         return cls(typed(ReductionConfig, reduction, "reduction"), typed(ScheduleConfig, schedule, "schedule"),
-                   build_weight_schedule(weights["name"], k, **options))
+                   build_weight_schedule(weights["name"], k, **options), typed(TargetConfig, objective or {}, "objective"))
+
+    def live_horizons(self, progress: Progress) -> int:
+        """Horizons 1..n the step must run; the rest have λ = 0 for the rest of training."""
+        return self.weight_schedule.live_horizons(progress)
+
+    def training_targets(self, horizons):
+        """The horizons as the training loss sees them (distilled targets attached when configured)."""
+        return attach_teachers(horizons, self.target)
+
+    def skipped_masks(self, head, batch: dict, horizons) -> list[Tensor]:
+        """[B, S-o_k] supervised rows of the horizons after the ones run (skipped), from the labels alone, so
+        every reduction policy sees the counts of a full step."""
+        return [supervised_mask(head.validity_mask(k, batch), horizons[0].mask, head.offsets[k - 1], self.target)
+                for k in range(len(horizons) + 1, head.k + 1)]
 
     @property
     def global_counts(self) -> bool:

@@ -16,6 +16,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -108,6 +109,10 @@ class WeightSchedule:
 
     def lambdas(self, progress: Progress) -> Tensor:
         raise NotImplementedError
+
+    def live_horizons(self, progress: Progress) -> int:
+        """n: horizons n+1..K have λ = 0 from this step to the end of training, so a step may skip them."""
+        return self.k
 
 
 @dataclass(frozen=True)
@@ -296,6 +301,79 @@ def _first_n_active(k: int, n_active: int) -> Tensor:
     return _vector([1.0] * n_active + [0.0] * (k - n_active))
 
 
+@dataclass(frozen=True)
+class Phased(WeightSchedule):
+    """Phases over training, each giving λ per horizon as a constant or a linear `[start, end]` ramp.
+
+    `phases`: one list per phase, entry k-1 for horizon k, a number or a [start, end] pair;
+    horizons a phase leaves out have λ = 0 in it (the modded-nanogpt record's
+    `[1, 0.5, [0.25, 0]] → [1, [0.5, 0]] → [1]`). `boundaries`: the fractions of training where
+    phases 1..P-1 end (null: P equal parts). At f = step / total_steps phase p = the first one
+    with f < its end, and a ramp runs from `start` at the phase's first fraction to `end` at its
+    last (the next phase takes over there). Fractions are exact rationals, so a boundary at 1/3
+    of 6 steps falls exactly on step 2.
+    """
+
+    phases: tuple = ((1.0,),)
+    boundaries: tuple | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(_is_list_like(self.phases) and len(list(self.phases)) >= 1, "weights.phases",
+                f"must be a list of phases (one list of per-horizon λ each), got {self.phases!r}")
+        phases = tuple(self._phase(i, phase) for i, phase in enumerate(self.phases, start=1))
+        object.__setattr__(self, "phases", phases)
+        object.__setattr__(self, "boundaries", self._ends(len(phases)))
+
+    def _phase(self, index: int, phase: Any) -> tuple[tuple[float, float], ...]:
+        """((start, end) for horizons 1..K): missing horizons are 0."""
+        field = f"weights.phases[{index - 1}]"
+        require(_is_list_like(phase), field, f"must be a list of per-horizon λ (numbers or [start, end]), got {phase!r}")
+        entries = list(phase)
+        require(len(entries) <= self.k, field, f"gives {len(entries)} horizons, K = {self.k}")
+        ramps = []
+        for entry in entries:
+            pair = list(entry) if _is_list_like(entry) else [entry, entry]
+            require(len(pair) == 2, field, f"a ramp is [start, end], got {entry!r}")
+            ramps.append(tuple(_non_negative(v, field) for v in pair))
+        return tuple(ramps) + ((0.0, 0.0),) * (self.k - len(ramps))
+
+    def _ends(self, n_phases: int) -> tuple[Fraction, ...]:
+        """The end fraction of every phase (the last ends at 1)."""
+        if self.boundaries is None:
+            return tuple(Fraction(p, n_phases) for p in range(1, n_phases + 1))
+        given = list(self.boundaries) if _is_list_like(self.boundaries) else None
+        require(given is not None and len(given) == n_phases - 1, "weights.boundaries",
+                f"must list the end of every phase but the last ({n_phases - 1} fractions) or be null, got {self.boundaries!r}")
+        ends = [Fraction(str(_number(b, "weights.boundaries"))) for b in given] + [Fraction(1)]
+        require(all(a < b for a, b in zip([Fraction(0)] + ends, ends)), "weights.boundaries",
+                f"must be strictly increasing fractions in (0, 1), got {self.boundaries!r}")
+        return tuple(ends)
+
+    def _position(self, progress: Progress) -> tuple[int, Fraction]:
+        """(phase index, how far through it in [0, 1))."""
+        f = Fraction(min(progress.step, progress.total_steps - 1), progress.total_steps)
+        phase = next(p for p, end in enumerate(self.boundaries) if f < end)
+        start = self.boundaries[phase - 1] if phase else Fraction(0)
+        return phase, (f - start) / (self.boundaries[phase] - start)
+
+    def lambdas(self, progress: Progress) -> Tensor:
+        phase, t = self._position(progress)
+        t = float(t)
+        # (1 - t)·start + t·end: exact at both ends of a ramp
+        return _vector([(1.0 - t) * start + t * end for start, end in self.phases[phase]])
+
+    def live_horizons(self, progress: Progress) -> int:
+        phase, _ = self._position(progress)
+        now = self.lambdas(progress).tolist()
+
+        def retired(k: int) -> bool:  # λ_k is 0 now and in every later step
+            later = [ramp for p in self.phases[phase + 1 :] for ramp in [p[k - 1]]]
+            return now[k - 1] == 0 and self.phases[phase][k - 1][1] == 0 and all(ramp == (0.0, 0.0) for ramp in later)
+
+        return max([1] + [k for k in range(1, self.k + 1) if not retired(k)])
+
+
 WEIGHT_SCHEDULES: dict[str, type[WeightSchedule]] = {
     "uniform": Uniform,
     "geometric": Geometric,
@@ -305,6 +383,7 @@ WEIGHT_SCHEDULES: dict[str, type[WeightSchedule]] = {
     "curriculum_forward": CurriculumForward,
     "curriculum_reverse": CurriculumReverse,
     "anneal": Anneal,
+    "phased": Phased,
 }
 
 # Config option name → dataclass field name, where the field must differ

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lab.report.sweep_figures import ReportFigure, order_key
 from lab.report.records import Sweep
+from lab.report.significance import significance_finding
 from lab.report.spikes import SPIKE_MIN_NATS, SPIKE_SIGMAS, record_spikes
 from lab.report.table import (
     Variant,
@@ -64,6 +65,7 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
             base = baseline.stat("val/loss")[0]
             deltas = [f"{v.label} {v.stat('val/loss')[0] - base:+.4f}" for v in sorted(scored, key=order_key) if v is not baseline]
             out.append(f"Difference to the ntp baseline ({base:.4f}): " + "; ".join(deltas) + " (negative = better than ntp).")
+            out += significance_finding(variants, order_key)
         worst = scored[-1]
         if worst is not best:
             out.append(f"Highest: **{worst.label}** ({worst.cell('val/loss')}); spread across variants "

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 
 from lab.errors import ConfigError
 from lab.model.heads.anticausal import AnticausalHead
-from lab.model.heads.base import HeadConfig, Horizon, MTPHead, NextTokenPath, SharedParts, endpoint_horizon
+from lab.model.heads.base import HeadConfig, Horizon, MTPHead, NextTokenPath, SharedParts, Teacher, endpoint_horizon
 from lab.model.heads.causal import CausalHead
 from lab.model.heads.deepseek import DeepSeekConfig, DeepSeekHead
+from lab.model.heads.identity import IdentityHead
 from lab.model.heads.linear import LinearHead
 from lab.model.heads.ntp import NextTokenHead
 from lab.model.heads.parallel import ParallelHead
@@ -22,6 +23,7 @@ HEADS: dict[str, type[MTPHead]] = {
     "causal": CausalHead,
     "anticausal": AnticausalHead,
     "deepseek": DeepSeekHead,
+    "identity": IdentityHead,
 }
 
 
@@ -39,6 +41,6 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 
 
 __all__ = [
-    "HEADS", "DeepSeekConfig", "HeadConfig", "Horizon", "MTPHead", "NextTokenPath", "SharedParts", "endpoint_horizon", "head_class",
+    "HEADS", "DeepSeekConfig", "HeadConfig", "Horizon", "MTPHead", "NextTokenPath", "SharedParts", "Teacher", "endpoint_horizon", "head_class",
     "head_config",
 ]

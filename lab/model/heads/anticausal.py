@@ -1,6 +1,6 @@
 """Anticausal heads: the farthest head runs first; horizon k uses f_k ∘ … ∘ f_K ∘ trunk."""
 
-from lab.model.heads.base import BlockStackHead, endpoint_horizon
+from lab.model.heads.base import BlockStackHead
 
 
 class AnticausalHead(BlockStackHead):
@@ -31,9 +31,11 @@ class AnticausalHead(BlockStackHead):
         for k in range(1, self.k + 1):
             yield out[k]
 
-    def forward(self, trunk_hidden, batch, ctx, shared):
+    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
+        # Horizon 1 sits at the end of the whole chain, so every stack runs; a skipped horizon saves its projection only.
+        n = self.horizons_to_run(n_horizons)
         rows = self._chain(trunk_hidden, ctx, down_to=1)
-        if self.cfg.trunk_grad == "detached" and self.k > 1:
+        if self.cfg.trunk_grad == "detached" and n > 1:
             # Horizons ≥ 2 get their own chain from a detached trunk state; horizon 1 keeps the attached one.
             rows = {**self._chain(trunk_hidden.detach(), ctx, down_to=2), 1: rows[1]}
-        return [endpoint_horizon(k, rows[k], batch, shared.final_norm, self.projection(k, shared)) for k in range(1, self.k + 1)]
+        return [self.endpoint(k, rows[k], batch, shared) for k in range(1, n + 1)]

@@ -23,7 +23,9 @@ from lab.model.trunk import AttentionContext, Block, ModelConfig, RMSNorm
 UNEMBEDDINGS = ("shared", "replicated")
 COMPUTE_MATCHES = ("blocks", "next_token_path", "none")  # see lab/model/mtp.py: trunk_layers
 INITS = ("random", "copy_last_block", "copy_first_head")
-TRUNK_GRADS = ("joint", "detached")
+# detached: horizons ≥ 2 send the trunk no gradient; frozen: trunk, embedding, final norm and
+# unembedding get no gradient at all and no optimizer state (heads trained on a fixed model).
+TRUNK_GRADS = ("joint", "detached", "frozen")
 
 
 @dataclass
@@ -38,6 +40,7 @@ class HeadConfig:
     unembedding: str = "shared"
     init: str = "random"
     trunk_grad: str = "joint"
+    offsets: list[int] | None = None  # horizon k predicts tokens[t + offsets[k-1]]; None: [1..K]
 
     def validate(self) -> None:
         require(isinstance(self.k, int) and self.k >= 1, "head.k", f"must be an integer ≥ 1, got {self.k}")
@@ -50,6 +53,38 @@ class HeadConfig:
         ):
             if value not in allowed:
                 raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
+        if self.offsets is not None:
+            check_offsets(list(self.offsets), self.k)
+
+    @property
+    def horizon_offsets(self) -> tuple[int, ...]:
+        """The offset each horizon predicts at: `offsets`, or 1..K."""
+        return tuple(self.offsets) if self.offsets is not None else tuple(range(1, self.k + 1))
+
+    @property
+    def contiguous_offsets(self) -> bool:
+        return self.horizon_offsets == tuple(range(1, self.k + 1))
+
+
+def check_offsets(offsets: list, k: int) -> None:
+    """Leap offsets: K integers, the first 1 (horizon 1 is the next token), strictly increasing."""
+    shown = f"got {offsets}"
+    require(all(isinstance(o, int) and not isinstance(o, bool) for o in offsets), "head.offsets", f"must be a list of integers, {shown}")
+    require(len(offsets) == k, "head.offsets", f"must have K = {k} entries (one per horizon), {shown}")
+    require(offsets[0] == 1, "head.offsets", f"must start at 1 (horizon 1 is the next token), {shown}")
+    require(all(a < b for a, b in zip(offsets, offsets[1:])), "head.offsets", f"must be strictly increasing, {shown}")
+
+
+@dataclass
+class Teacher:
+    """Self-distillation target of one horizon: the next-token path's rows that predict the same tokens."""
+
+    rows: torch.Tensor  # [B, S-o, d] detached horizon-1 rows t+o-1 (before the final norm)
+    norm_weight: torch.Tensor  # [d] detached final-norm weight of horizon 1
+    eps: float
+    weight: torch.Tensor  # [V, d] detached horizon-1 projection
+    ce_weight: float  # the data label's share of the per-row loss
+    kl_weight: float  # the distilled distribution's share
 
 
 @dataclass
@@ -62,6 +97,12 @@ class Horizon:
     mask: torch.Tensor  # [B, S-k] bool: which rows are supervised
     norm: RMSNorm  # final norm applied before the projection
     weight: torch.Tensor  # [V, d] projection to the vocabulary
+    offset: int | None = None  # the token distance predicted (tokens[t+offset]); None: k
+    teacher: Teacher | None = None  # set by the objective for distilled targets (training only)
+
+    def __post_init__(self) -> None:
+        if self.offset is None:
+            self.offset = self.k
 
 
 @dataclass
@@ -73,16 +114,18 @@ class SharedParts:
     unembedding: nn.Parameter  # [V, d]
 
 
-def endpoint_horizon(k: int, rows: torch.Tensor, batch: dict, norm: RMSNorm, weight: torch.Tensor) -> Horizon:
-    """Package full-length rows [B, S, d] as horizon k under the endpoint rule."""
+def endpoint_horizon(k: int, rows: torch.Tensor, batch: dict, norm: RMSNorm, weight: torch.Tensor, offset: int | None = None) -> Horizon:
+    """Package full-length rows [B, S, d] as horizon k predicting tokens[t + offset] (default offset k), endpoint rule."""
+    offset = k if offset is None else offset
     seq_len = rows.shape[1]
     return Horizon(
         k=k,
-        hidden=rows[:, : seq_len - k],  # [B, S-k, d]: source rows that have a target
-        labels=batch["tokens"][:, k:],  # [B, S-k]: tokens[t+k]
-        mask=horizon_mask(batch["active"], batch["segment_ids"], k, batch.get("target_mask")),  # [B, S-k]
+        hidden=rows[:, : seq_len - offset],  # [B, S-o, d]: source rows that have a target
+        labels=batch["tokens"][:, offset:],  # [B, S-o]: tokens[t+o]
+        mask=horizon_mask(batch["active"], batch["segment_ids"], offset, batch.get("target_mask")),  # [B, S-o]
         norm=norm,
         weight=weight,
+        offset=offset,
     )
 
 
@@ -158,6 +201,7 @@ class MTPHead(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.k = cfg.k
+        self.offsets = cfg.horizon_offsets
         self.projections = None
         if cfg.unembedding == "replicated":
             self.projections = nn.ParameterList(
@@ -183,7 +227,24 @@ class MTPHead(nn.Module):
 
     def extra_horizon_input(self, trunk_hidden: torch.Tensor) -> torch.Tensor:
         """The trunk state that horizons ≥ 2 see: detached when the trunk must get no MTP gradient."""
-        return trunk_hidden.detach() if self.cfg.trunk_grad == "detached" else trunk_hidden
+        return trunk_hidden if self.cfg.trunk_grad == "joint" else trunk_hidden.detach()
+
+    def endpoint(self, k: int, rows: torch.Tensor, batch: dict, shared: SharedParts) -> Horizon:
+        """Full-length rows [B, S, d] of horizon k under the endpoint rule at its offset."""
+        return endpoint_horizon(k, rows, batch, shared.final_norm, self.projection(k, shared), self.offsets[k - 1])
+
+    def validity_mask(self, k: int, batch: dict) -> torch.Tensor:
+        """[B, S-o_k] the rows horizon k supervises, from the labels alone (for a horizon the step skips)."""
+        return horizon_mask(batch["active"], batch["segment_ids"], self.offsets[k - 1], batch.get("target_mask"))
+
+    def horizons_to_run(self, n_horizons: int | None) -> int:
+        """Horizons 1..n a forward builds: all K, or the first n when the rest carry λ = 0 for good."""
+        return self.k if n_horizons is None else max(1, min(self.k, n_horizons))
+
+    @property
+    def can_draft(self) -> bool:
+        """Speculative decoding needs draft horizons at offsets 2, 3, … (a leap leaves slots undrafted)."""
+        return self.draft_proposer is not None and self.k > 1 and self.cfg.contiguous_offsets
 
     def head_stacks(self) -> list[nn.Module]:
         """Per-horizon block stacks (for init options); empty for heads without blocks."""
@@ -232,7 +293,9 @@ class MTPHead(nn.Module):
         """Horizon 1 is the trunk's own output projected by horizon 1's unembedding."""
         return NextTokenPath(projection=None if self.projections is None else "projections.0")
 
-    def forward(self, trunk_hidden: torch.Tensor, batch: dict, ctx: AttentionContext, shared: SharedParts) -> list[Horizon]:
+    def forward(self, trunk_hidden: torch.Tensor, batch: dict, ctx: AttentionContext, shared: SharedParts,
+                n_horizons: int | None = None) -> list[Horizon]:
+        """Horizons 1..n (`horizons_to_run(n_horizons)`), each a `Horizon`."""
         raise NotImplementedError
 
 

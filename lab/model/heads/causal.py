@@ -1,6 +1,6 @@
 """Causal heads: head k consumes head k-1's hidden output (f_k ∘ … ∘ f_1 ∘ trunk)."""
 
-from lab.model.heads.base import BlockStackHead, endpoint_horizon
+from lab.model.heads.base import BlockStackHead
 
 
 class CausalHead(BlockStackHead):
@@ -8,15 +8,16 @@ class CausalHead(BlockStackHead):
         # detached: f_1 runs again on the detached trunk state to start horizons ≥ 2
         return self.cfg.n_layers if self.cfg.trunk_grad == "detached" and self.k > 1 else 0
 
-    def forward(self, trunk_hidden, batch, ctx, shared):
+    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
+        n = self.horizons_to_run(n_horizons)
         first = self.stacks[0](trunk_hidden, ctx)  # [B, S, d]: horizon 1 rows
         # With a detached trunk, horizons ≥ 2 restart the chain from a detached trunk state,
         # so f_1 still learns from them but the trunk does not.
-        rows = first if self.cfg.trunk_grad == "joint" or self.k == 1 else self.stacks[0](trunk_hidden.detach(), ctx)
-        horizons = [endpoint_horizon(1, first, batch, shared.final_norm, self.projection(1, shared))]
-        for k in range(2, self.k + 1):
+        rows = first if self.cfg.trunk_grad != "detached" or n == 1 else self.stacks[0](trunk_hidden.detach(), ctx)
+        horizons = [self.endpoint(1, first, batch, shared)]
+        for k in range(2, n + 1):
             rows = self.stacks[k - 1](rows, ctx)  # [B, S, d]: f_k ∘ … ∘ f_1
-            horizons.append(endpoint_horizon(k, rows, batch, shared.final_norm, self.projection(k, shared)))
+            horizons.append(self.endpoint(k, rows, batch, shared))
         return horizons
 
     def horizon_rows(self, trunk_hidden, ctx_for):

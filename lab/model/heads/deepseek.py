@@ -20,7 +20,7 @@ import torch.nn as nn
 from lab.errors import ConfigError, require
 from lab.labels import chain_masks
 from lab.model.flops import block_forward_flops
-from lab.model.heads.base import HeadConfig, Horizon, MTPHead, endpoint_horizon
+from lab.model.heads.base import HeadConfig, Horizon, MTPHead
 from lab.model.trunk import AttentionContext, Block, RMSNorm
 
 HIDDEN_INPUTS = ("pre_norm", "post_norm")
@@ -75,6 +75,9 @@ class DeepSeekHead(MTPHead):
         require(cfg.k == cfg.depth + 1, "head.k", f"deepseek needs head.k = head.depth + 1 = {cfg.depth + 1}, got {cfg.k}")
         super().check_config(cfg)
         require(cfg.unembedding == "shared", "head.unembedding", "deepseek shares the trunk's output head; allowed: shared")
+        # Depth d consumes token t+d and predicts t+d+1: the chain is contiguous by construction.
+        require(cfg.contiguous_offsets, "head.offsets",
+                f"deepseek's chain predicts consecutive tokens; allowed: null or {list(range(1, cfg.k + 1))}, got {cfg.offsets}")
         for name, value, allowed in (("head.hidden_input", cfg.hidden_input, HIDDEN_INPUTS), ("head.fusion_order", cfg.fusion_order, FUSION_ORDERS)):
             if value not in allowed:
                 raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
@@ -128,13 +131,16 @@ class DeepSeekHead(MTPHead):
             batch["segment_ids"][:, base], batch["position_ids"][:, base], state_mask, self.head_dim, self.rope_base
         )
 
-    def forward(self, trunk_hidden, batch, ctx, shared):
+    def validity_mask(self, k, batch):
+        return chain_masks(batch["active"], batch["segment_ids"], k - 1, batch.get("target_mask"))[1]  # [B, S-k]: depth k-1's loss rows
+
+    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
         tokens = batch["tokens"]  # [B, S]
         seq_len = tokens.shape[1]
-        horizons = [endpoint_horizon(1, trunk_hidden, batch, shared.final_norm, shared.unembedding)]
+        horizons = [self.endpoint(1, trunk_hidden, batch, shared)]
         state = shared.final_norm(trunk_hidden) if self.cfg.hidden_input == "post_norm" else trunk_hidden  # [B, S, d]
         state = self.extra_horizon_input(state)
-        for d in range(1, self.depth + 1):
+        for d in range(1, self.horizons_to_run(n_horizons)):  # depth d serves horizon d + 1
             state_mask, loss_mask = chain_masks(batch["active"], batch["segment_ids"], d, batch.get("target_mask"))  # [B, S-d], [B, S-d-1]
             teacher = shared.embed(tokens[:, d:])  # [B, S-d, d]: tokens[t+d]
             state = self.module_at(d)(state[:, : seq_len - d], teacher, self._depth_context(batch, state_mask, d))  # [B, S-d, d]

@@ -9,7 +9,7 @@ import torch.nn as nn
 
 import dataclasses
 
-from lab.model.heads.base import MTPHead, NextTokenPath, endpoint_horizon
+from lab.model.heads.base import MTPHead, NextTokenPath
 
 
 class LinearHead(MTPHead):
@@ -25,12 +25,12 @@ class LinearHead(MTPHead):
         d = model_cfg.d_model
         return 0 if self.maps is None else self.k * 2 * seq_len * d * d  # K d×d maps on every row
 
-    def forward(self, trunk_hidden, batch, ctx, shared):
+    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
         horizons = []
-        for k in range(1, self.k + 1):
+        for k in range(1, self.horizons_to_run(n_horizons) + 1):
             source = trunk_hidden if k == 1 else self.extra_horizon_input(trunk_hidden)  # [B, S, d]
             rows = source if self.maps is None else self.maps[k - 1](source)  # [B, S, d]
-            horizons.append(endpoint_horizon(k, rows, batch, shared.final_norm, self.projection(k, shared)))
+            horizons.append(self.endpoint(k, rows, batch, shared))
         return horizons
 
     def next_token_path(self) -> NextTokenPath:

@@ -1,7 +1,7 @@
 """K = 1 baseline: trunk → final norm → unembedding."""
 
 from lab.errors import require
-from lab.model.heads.base import MTPHead, endpoint_horizon
+from lab.model.heads.base import MTPHead
 
 
 class NextTokenHead(MTPHead):
@@ -10,5 +10,5 @@ class NextTokenHead(MTPHead):
         super().check_config(cfg)
         require(cfg.k == 1, "head.k", f"the ntp head predicts one horizon; got head.k={cfg.k}")
 
-    def forward(self, trunk_hidden, batch, ctx, shared):
-        return [endpoint_horizon(1, trunk_hidden, batch, shared.final_norm, self.projection(1, shared))]
+    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
+        return [self.endpoint(1, trunk_hidden, batch, shared)]

@@ -1,0 +1,76 @@
+"""`init_from=<checkpoint | run dir | release dir>`: start a run from another model's weights (weights only).
+
+Nothing but tensors is taken: no optimizer state, step, λ position or RNG (that is a resume,
+`ckpt_path`). Two-stage recipes use it: train a next-token model, then train heads on it with
+`head.trunk_grad=frozen`. The parent must have the same tokenizer and vocabulary, and every
+trunk weight of this model must be in the parent with the same shape; head weights are taken
+where the parent has them and freshly initialised (from the loaded trunk) where it has not.
+The parent's sha256 (the checkpoint file, or a release's model.safetensors) goes into the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from lab.checkpoint.loading import load_checkpoint
+from lab.checkpoint.manifest import plain
+from lab.errors import ConfigError, require
+
+
+def parent_files(source: str | Path) -> tuple[str, Path]:
+    """("checkpoint" | "release", the file whose sha256 identifies the parent)."""
+    path = Path(source)
+    if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
+        return "release", path / "model.safetensors"
+    if path.is_dir():
+        path = path / "checkpoints" / "last.ckpt"
+    require(path.is_file(), "init_from", f"no checkpoint, run dir (checkpoints/last.ckpt) or release dir (config.json + model.safetensors) at {source}")
+    return "checkpoint", path
+
+
+def parent_weights(kind: str, path: Path) -> tuple[dict[str, torch.Tensor], dict, dict]:
+    """(model state keyed like MTPModel.state_dict, the parent's model config, its tokenizer identity)."""
+    if kind == "release":
+        from safetensors.torch import load_file
+
+        config = json.loads((path.parent / "config.json").read_text())
+        return load_file(path), config["model"], config.get("tokenizer") or {}
+    checkpoint = load_checkpoint(path)
+    manifest = checkpoint.get("mtp_manifest")
+    require(isinstance(manifest, dict), "init_from", f"{path} has no MTP manifest (not written by lab-train)")
+    state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items()}
+    return state, manifest["model"], manifest.get("tokenizer") or {}
+
+
+def check_parent_fits(state: dict, parent_model: dict, parent_tokenizer: dict, model, tokenizer: dict | None) -> None:
+    vocab, parent_vocab = model.model_cfg.vocab_size, parent_model.get("vocab_size")
+    require(parent_vocab == vocab, "init_from", f"vocab_size differs: the parent has {parent_vocab}, this run has {vocab}")
+    if tokenizer is not None:
+        require(parent_tokenizer == tokenizer, "init_from", f"tokenizer differs: the parent has {parent_tokenizer}, this run has {tokenizer}")
+    own = model.state_dict()
+    foreign = sorted(set(state) - set(own))
+    if foreign:
+        more = f" ({len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise ConfigError("init_from", f"the parent's {foreign[0]} has no place in this model{more}")
+    missing = sorted(key for key in own if key.startswith("trunk.") and key not in state)
+    if missing:
+        raise ConfigError("init_from", f"the parent has no {missing[0]} (the trunk must come from it whole)")
+    for key, tensor in state.items():
+        require(tuple(tensor.shape) == tuple(own[key].shape), "init_from",
+                f"{key} has shape {tuple(tensor.shape)} in the parent, this model needs {tuple(own[key].shape)}")
+
+
+def load_parent_weights(model, source: str, tokenizer: dict | None = None) -> dict:
+    """Copy the parent's weights into `model` in place; returns the manifest's `init_from` record."""
+    kind, path = parent_files(source)
+    state, parent_model, parent_tokenizer = parent_weights(kind, path)
+    check_parent_fits(state, parent_model, parent_tokenizer, model, None if tokenizer is None else plain(tokenizer))
+    model.load_state_dict(state, strict=False)
+    if not any(key.startswith("head.") for key in state):
+        model.head.initialize(model.trunk)  # head init options (copy_last_block, …) read the loaded trunk
+    from lab.export import sha256_file
+
+    return {"source": str(Path(source).resolve()), "kind": kind, "sha256": sha256_file(path)}

@@ -1,0 +1,33 @@
+"""Zero-parameter heads: every horizon projects the trunk state itself.
+
+Horizon k at row t sends the trunk's own row t through the shared final norm and
+unembedding and is trained to predict tokens[t + offset_k] (the multi-token objective of
+the modded-nanogpt speed-run record of 2025-12-22: a weighted average of next-k-token
+losses on one set of logits). Nothing is added to the model; at K = 1 it is `ntp`.
+As a draft proposer, horizon k's logits at the last row are simply the next-token
+logits there, so the independent-head proposer drafts with them unchanged.
+"""
+
+from lab.errors import require
+from lab.model.heads.base import MTPHead
+
+
+class IdentityHead(MTPHead):
+    draft_proposer = "independent"
+
+    @classmethod
+    def check_config(cls, cfg):
+        super().check_config(cfg)
+        require(cfg.unembedding == "shared", "head.unembedding",
+                "identity heads add no parameters; allowed: shared (head=linear head.unembedding=replicated gives each horizon its own V×d)")
+
+    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
+        horizons = []
+        for k in range(1, self.horizons_to_run(n_horizons) + 1):
+            rows = trunk_hidden if k == 1 else self.extra_horizon_input(trunk_hidden)  # [B, S, d]: the trunk state itself
+            horizons.append(self.endpoint(k, rows, batch, shared))
+        return horizons
+
+    def horizon_rows(self, trunk_hidden, ctx_for):
+        for _ in range(self.k):
+            yield trunk_hidden  # [B, S, d]: every horizon reads the same rows

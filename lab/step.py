@@ -107,10 +107,10 @@ def padded(values: Tensor, k: int) -> Tensor:
     return torch.cat([values, values.new_zeros(k - values.numel())])  # [K]
 
 
-def touch_every_parameter(model: torch.nn.Module) -> Tensor:
-    """0 · Σ p over trainable Parameters: skipped horizons' weights get a zero gradient, as a λ = 0 step
-    gives them (same optimizer update, and DDP sees every Parameter used)."""
-    return sum((p.sum() * 0.0 for p in model.parameters() if p.requires_grad), torch.zeros(()))
+def touch_every_parameter(model: torch.nn.Module, like: Tensor) -> Tensor:
+    """0 · Σ p over trainable Parameters (a [] tensor like `like`): skipped horizons' weights get a zero
+    gradient, as a λ = 0 step gives them (same optimizer update, and DDP sees every Parameter used)."""
+    return sum((p.sum().to(like) * 0.0 for p in model.parameters() if p.requires_grad), like.new_zeros(()))
 
 
 def train_step(
@@ -146,7 +146,7 @@ def train_step(
         # 4. Backward schedule: V-wide logits and cross-entropy per horizon; `root` carries the gradient to the Parameters.
         root, stats = objective.backward_schedule.run(horizons, applied[:live])  # stats: [live] per horizon
         if live < head.k:
-            root = root + touch_every_parameter(model).to(root)
+            root = root + touch_every_parameter(model, root)
         # 5. The loss over ranks; a non-finite one stops the run before any Parameter gradient exists.
         #    The step's one host sync: the finiteness check and the token count in one transfer.
         loss, global_sums = objective.loss(padded(stats.loss_sums, head.k), coeffs)

@@ -104,8 +104,8 @@ def teacher_forced_answers(model, examples: list[tuple[list[int], list[int]]]) -
     tokens = torch.zeros(len(examples), length, dtype=torch.long)  # [N, L]
     active = torch.zeros(len(examples), length, dtype=torch.bool)  # [N, L]
     for i, (prompt, answer) in enumerate(examples):
-        tokens[i, : len(prompt) + len(answer)] = torch.tensor(prompt + answer)
-        active[i, : len(prompt) + len(answer)] = True
+        tokens[i, : len(prompt) + len(answer)] = torch.tensor(prompt + answer)  # [P+A] into row i, padding after
+        active[i, : len(prompt) + len(answer)] = True  # [P+A]
     batch = {
         "tokens": tokens.to(device),
         "active": active.to(device),
@@ -115,4 +115,4 @@ def teacher_forced_answers(model, examples: list[tuple[list[int], list[int]]]) -
     model.eval()
     predicted = model.next_token_logits(batch).argmax(-1).cpu()  # [N, L]: row t predicts token t+1
     # Answer token j sits at P + j and is predicted by row P + j - 1.
-    return [predicted[i, len(p) - 1 : len(p) + len(a) - 1].tolist() for i, (p, a) in enumerate(examples)]
+    return [predicted[i, len(p) - 1 : len(p) + len(a) - 1].tolist() for i, (p, a) in enumerate(examples)]  # [A] per example

@@ -18,16 +18,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from lab.config_checks import check_horizons_fit, check_run_config
-from lab.console import current_wandb_run, quiet_csv_overwrite, quiet_known_noise, summary_line
-from lab.csv_history import keep_csv_history
+from lab.config.checks import check_horizons_fit, check_run_config
+from lab.tracking.console import current_wandb_run, quiet_csv_overwrite, quiet_known_noise, summary_line
+from lab.tracking.csv_history import keep_csv_history
 from lab.errors import ConfigError
-from lab.preflight import experiment_listing, preflight
-from lab.resolvers import register_resolvers
-from lab.run_attempts import begin_attempt, close_attempt, failure_reason, final_value, nothing_left
-from lab.run_guard import check_paths
-from lab.run_record import RunRecord
-from lab.wandb_status import finish_wandb, mark_wandb_run_failed
+from lab.config.preflight import experiment_listing, preflight
+from lab.config.resolvers import register_resolvers
+from lab.run.attempts import begin_attempt, close_attempt, failure_reason, final_value, nothing_left
+from lab.run.guard import check_paths
+from lab.run.record import RunRecord
+from lab.tracking.wandb_status import finish_wandb, mark_wandb_run_failed
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -39,7 +39,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.checkpoint import build_manifest
     from lab.data import build_datamodule
     from lab.model.cost import cost_table, format_cost_table
-    from lab.module import MTPLitModule
+    from lab.training.module import MTPLitModule
 
     check_run_config(cfg)
     pl.seed_everything(cfg.seed, workers=True)
@@ -87,7 +87,7 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
     from lab.callbacks.run_heartbeat import RunHeartbeat
     from lab.callbacks.throughput import TokenThroughput
     from lab.checkpoint import build_manifest
-    from lab.checkpoint_io import SafeCheckpointIO
+    from lab.checkpoint.io import SafeCheckpointIO
 
     callbacks = instantiate_callbacks(cfg) + [RunHeartbeat(record)]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
@@ -198,7 +198,7 @@ def main() -> None:
     register_resolvers()
     argv = sys.argv[1:]
     if "--help" in argv or "-h" in argv:
-        from lab.cli_help import help_text
+        from lab.config.cli_help import help_text
 
         print(help_text(Path(CONF_DIR)))
         sys.exit(0)

@@ -43,7 +43,7 @@ class KillAt(pl.Callback):
         if self.point != "checkpoint_write":
             return
         io = trainer.strategy.checkpoint_io
-        write = io._write  # lab.checkpoint_io.SafeCheckpointIO's write into its temp file
+        write = io._write  # lab.checkpoint.io.SafeCheckpointIO's write into its temp file
 
         def write_then_die(checkpoint, file):
             write(checkpoint, file)

@@ -47,7 +47,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from lab.callbacks.horizon_metrics import HorizonMetrics  # noqa: E402
 from lab.data import LMDataModule  # noqa: E402
-from lab.module import MTPLitModule  # noqa: E402
+from lab.training.module import MTPLitModule  # noqa: E402
 
 SEED = 1234
 VOCAB = 37

@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 from hydra import compose, initialize_config_dir
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lab.checkpoint_io import SafeCheckpointIO
+from lab.checkpoint.io import SafeCheckpointIO
 from lab.train import CONF_DIR, build
 from tests.cli import TINY
 

@@ -20,7 +20,7 @@ from lab.checkpoint import (
     verify_restored,
 )
 from lab.checkpoint.manifest import compare_manifests
-from lab.checkpoint_io import SafeCheckpointIO
+from lab.checkpoint.io import SafeCheckpointIO
 from lab.errors import ConfigError
 from lab.train import build
 from tests.cli import TINY, lab_train

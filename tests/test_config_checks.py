@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from lab.config_checks import check_group_overrides
+from lab.config.checks import check_group_overrides
 from lab.errors import ConfigError
 from lab.train import CONF_DIR, build
 from tests.cli import TINY

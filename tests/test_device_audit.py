@@ -87,7 +87,7 @@ def test_step_builds_no_host_tensors_and_reads_nothing_back(head, schedule):
     factories, waits = DevicelessFactories(), DeviceWaits()
     with factories, waits:
         horizons = model(batch)
-        local = torch.stack([h.mask.sum() for h in horizons]).to(torch.float64)  # [K], as lab.step.local_counts
+        local = torch.stack([h.mask.sum() for h in horizons]).to(torch.float64)  # [K], as lab.training.step.local_counts
         coeffs = objective.coefficients(local, batch["tokens"].numel(), Progress(3, 100, 10))
         root, stats = objective.backward_schedule.run(horizons, coeffs.applied)
         root.backward()

@@ -29,8 +29,8 @@ from lab.callbacks.validation_figures import ValidationFigures
 from lab.errors import ConfigError
 from lab.model.heads import Horizon
 from lab.model.trunk import RMSNorm
-from lab.module import MTPLitModule
-from lab.step import local_counts
+from lab.training.module import MTPLitModule
+from lab.training.step import local_counts
 from tests.helpers import VOCAB, build_model, horizon_sums, make_batch, model_config, packed_batch
 from tests.cli import TINY, lab_train, wandb_history_keys
 

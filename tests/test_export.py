@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from lab.export import export, load_release, load_release_tokenizer
+from lab.checkpoint.export import export, load_release, load_release_tokenizer
 from tests.fit_helpers import compose_cfg, fit
 
 HEADS = {

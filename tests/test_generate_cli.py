@@ -14,7 +14,7 @@ import torch
 from lab.decode import generate
 from lab.decode.cli import main as lab_generate_main
 from lab.decode.loading import load_for_generation
-from lab.export import export
+from lab.checkpoint.export import export
 from tests.cli import TINY, lab_train, read_run
 
 PROMPT = "def main(x):\n    return"

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from lab.callbacks.horizon_metrics import HorizonMetrics
 from lab.data import LMDataModule
-from lab.module import MTPLitModule
+from lab.training.module import MTPLitModule
 from tests.helpers import VOCAB, model_config, packed_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -19,7 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from lab.callbacks.horizon_metrics import HorizonMetrics
 from lab.objective import Progress
 from lab.objective.objective import Objective
-from lab.step import train_step
+from lab.training.step import train_step
 from tests.helpers import build_model, packed_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")

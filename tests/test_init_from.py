@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 
 from lab.errors import ConfigError
-from lab.export import export, sha256_file
+from lab.checkpoint.export import export, sha256_file
 from lab.train import build
 from tests.cli import TINY, lab_train
 from tests.fit_helpers import fit

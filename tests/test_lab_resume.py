@@ -62,7 +62,7 @@ def test_lab_resume_finishes_a_sweep_with_one_killed_job(tmp_path, cache_dir):
     assert read_run(done)["status"] == "ok" and read_run(killed)["status"] == "running" and not (sweep / "report.md").exists()
     done_record = (done / "run.json").read_bytes()
 
-    result = subprocess.run([sys.executable, "-m", "lab.resume", str(sweep)], cwd=tmp_path, env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "lab.run.resume", str(sweep)], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"1 unfinished or failed job(s) in {sweep}" in result.stdout and f"resuming {killed.name} (running)" in result.stdout

@@ -8,7 +8,7 @@ packing, a hole and padding (one offset leaves its horizon empty); bad offsets a
 import pytest
 import torch
 
-from lab.config_checks import check_horizons_fit
+from lab.config.checks import check_horizons_fit
 from lab.errors import ConfigError
 from lab.model.heads import head_config
 from lab.model.mtp import parameter_table

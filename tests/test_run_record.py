@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lab.run_record import RunRecord, read_run_json
+from lab.run.record import RunRecord, read_run_json
 
 
 def write(run_dir, payload):

@@ -105,7 +105,7 @@ def test_longer_resume_sums_run_time_and_keeps_the_first_attempts_results(tmp_pa
 
 
 def test_export_honours_the_umask(tmp_path, cache_dir):
-    from lab.export import export
+    from lab.checkpoint.export import export
 
     run = tmp_path / "run"
     assert run_cli(*TINY, f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path).returncode == 0

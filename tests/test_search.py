@@ -6,7 +6,7 @@ import optuna
 import pytest
 import yaml
 
-from lab.resolvers import aux_lambdas
+from lab.config.resolvers import aux_lambdas
 from tests.cli import TINY, lab_train
 
 SEARCH = [*TINY, "model.n_layers=5", "trainer.max_steps=4", "trainer.val_check_interval=4"]

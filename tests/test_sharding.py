@@ -17,7 +17,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 from lab.model.heads.deepseek import DepthModule
 from lab.model.trunk import Block
-from lab.sharding import SHARDING_UNITS
+from lab.training.sharding import SHARDING_UNITS
 from lab.train import CONF_DIR
 from tests.helpers import build_model
 

@@ -60,7 +60,7 @@ def test_scale_experiment_gives_one_slurm_task_per_gpu():
     """Lightning's SLURMEnvironment needs tasks per node = devices and Slurm nodes = num_nodes."""
     cfg = composed("experiment=scale", "head=parallel")
     launcher, trainer = cfg.hydra.launcher, cfg.trainer
-    assert launcher._target_.endswith("SlurmLauncher") and trainer.strategy._target_ == "lab.sharding.fsdp_strategy"
+    assert launcher._target_.endswith("SlurmLauncher") and trainer.strategy._target_ == "lab.training.sharding.fsdp_strategy"
     assert launcher.tasks_per_node == launcher.gpus_per_node == trainer.devices == 8
     assert launcher.nodes == trainer.num_nodes == 2
     assert trainer.precision == "bf16-mixed" and cfg.ckpt_path == "last" and "${now:" not in str(Path(cfg.hydra.sweep.dir))

@@ -13,12 +13,12 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from lab.config_checks import check_group_overrides, check_horizons_fit, check_run_config
+from lab.config.checks import check_group_overrides, check_horizons_fit, check_run_config
 from lab.data import TASKS, check_data_config
 from lab.objective import Progress
 from lab.errors import ConfigError
 from lab.model.mtp import parameter_table
-from lab.module import MTPLitModule
+from lab.training.module import MTPLitModule
 from lab.train import CONF_DIR
 from tests.cli import TINY, lab_train, read_run
 

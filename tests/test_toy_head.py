@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from lab.checkpoint import build_manifest, load_checkpoint, validate_checkpoint
 from lab.errors import ConfigError
-from lab.export import export, load_release
+from lab.checkpoint.export import export, load_release
 from lab.model.heads import HEADS, HeadConfig, MTPHead, endpoint_horizon
 from tests.fit_helpers import fit
 

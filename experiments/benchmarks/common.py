@@ -69,7 +69,7 @@ def compose(*overrides: str, output_dir: str = "/tmp/mtp-lab-benchmark"):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from lab.resolvers import register_resolvers
+    from lab.config.resolvers import register_resolvers
     from lab.train import CONF_DIR
 
     register_resolvers()  # ${lab.wandb_dir:...} and friends, as lab-train registers them

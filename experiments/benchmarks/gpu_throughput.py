@@ -5,7 +5,7 @@ BPE tokenizer's V = 50,304), sequences of 1,024 tokens, batch 8, the stdlib corp
 by LMDataModule. Variants: ntp, parallel K=4 and DeepSeek D=1 (compute-matched as
 configured by default), each eager and compiled (`lab.model.compile.compile_units`, what
 `model.compile=true` does). One step = bf16 autocast forward + backward schedule
-(`sequential`, head_mean, uniform λ) + backward + clipped AdamW — `lab.step.train_step`, the
+(`sequential`, head_mean, uniform λ) + backward + clipped AdamW — `lab.training.step.train_step`, the
 training step itself, under bf16 autocast as Lightning's bf16-mixed precision plugin runs it
 (float32 parameters and optimizer state); the saved-tensor meter is off. Variants are timed
 interleaved in rotated order after warm-up (which also triggers compilation), each step
@@ -35,8 +35,8 @@ from lab.model.flops import training_flops_per_token
 from lab.model.mtp import build_model, parameter_table
 from lab.objective import Progress
 from lab.objective.objective import Objective
-from lab.optim import OptimConfig, build_optimizer
-from lab.step import PlainOptimization, train_step
+from lab.training.optim import OptimConfig, build_optimizer
+from lab.training.step import PlainOptimization, train_step
 
 HEADS = {"ntp": {"name": "ntp"}, "parallel K=4": {"name": "parallel", "k": 4}, "deepseek D=1": {"name": "deepseek", "depth": 1}}
 FULL = dict(d_model=768, n_layers=12, n_heads=12, vocab_size=50304, seq_len=1024, batch_size=8, tokenizer="bpe")
@@ -44,7 +44,7 @@ QUICK = dict(d_model=64, n_layers=5, n_heads=2, vocab_size=512, seq_len=64, batc
 
 
 class Variant:
-    """One model stepping through `lab.step.train_step` (the training step itself) with torch's backward and AdamW."""
+    """One model stepping through `lab.training.step.train_step` (the training step itself) with torch's backward and AdamW."""
 
     def __init__(self, model_cfg: dict, head: dict, batches: list[dict], device: torch.device, compiled: bool):
         torch.manual_seed(0)

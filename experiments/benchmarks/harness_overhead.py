@@ -4,7 +4,7 @@ Both sides train the real default config (conf/train.yaml composed by Hydra: tin
 d_model 128, 4 layers, 4 heads, byte vocab 259, seq 128, batch 16, head ntp, reduction
 head_mean, schedule sequential, AdamW with warm-up/cosine LR, grad clip 1.0; 50 stdlib
 documents) on the same DataModule, from the same initial weights, with the same step
-function `lab.step.train_step`.
+function `lab.training.step.train_step`.
 
 - harness: `MTPLitModule` in the Trainer that `lab-train` builds: the default callbacks
   (per-horizon metrics, throughput, checkpointing, memory metrics), the default loggers
@@ -50,14 +50,14 @@ import pytorch_lightning as pl
 import torch
 
 from lab.data import LMDataModule
-from lab.module import MTPLitModule
+from lab.training.module import MTPLitModule
 from lab.objective import Progress
-from lab.optim import build_optimizer
-from lab.step import PlainOptimization, train_step
+from lab.training.optim import build_optimizer
+from lab.training.step import PlainOptimization, train_step
 
 
 class PlainLoop:
-    """The same step function (`lab.step.train_step`) in a plain `for` loop with torch's backward and optimizer."""
+    """The same step function (`lab.training.step.train_step`) in a plain `for` loop with torch's backward and optimizer."""
 
     def __init__(self, template: MTPLitModule, datamodule: LMDataModule, total_steps: int, meter: bool):
         self.model = copy.deepcopy(template.model)  # same initial weights as the Lightning side
@@ -216,7 +216,7 @@ def main(argv=None) -> None:
     warnings.filterwarnings("ignore")
     import hydra
 
-    from lab.checkpoint_io import SafeCheckpointIO
+    from lab.checkpoint.io import SafeCheckpointIO
     from lab.train import build, instantiate_callbacks
 
     os.environ.setdefault("WANDB_MODE", "offline")

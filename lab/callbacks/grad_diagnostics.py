@@ -50,7 +50,7 @@ name of the shared unembedding Parameter (`trunk.embed.weight` when tied, else
 one `ConfigError` line (`setup`, before the first step).
 
 How, and why the training trajectory is untouched: the measurement runs *inside* the
-training step, on the step's own forward graph. `lab.step.train_step` calls every probe
+training step, on the step's own forward graph. `lab.training.step.train_step` calls every probe
 in `pl_module.step_probes` (a declared `StepProbe` hook) after the forward and the
 coefficients, before the backward schedule; on a due step `on_train_batch_start` has hooked the trunk to remember its
 output. The probe recomputes each horizon's L_k from the attached rows and takes one
@@ -79,7 +79,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lab.errors import ConfigError
 from lab.objective.backward import horizon_loss, supervised_rows
-from lab.step import local_counts
+from lab.training.step import local_counts
 
 FIELD = "callbacks.grad_diagnostics"
 DEFAULT_GROUPS = {
@@ -247,7 +247,7 @@ class GradDiagnostics(pl.Callback):
     """Per-horizon gradient norms and cosines every `every_n_steps` steps (see module docstring).
 
     In training it measures *inside* the step: on a due step, `on_train_batch_start` hooks
-    the trunk to remember its output, and `lab.step.train_step` calls `probe` (listed in
+    the trunk to remember its output, and `lab.training.step.train_step` calls `probe` (listed in
     `pl_module.step_probes`) between the forward and the backward schedule. The metrics
     are logged straight to every logger in `on_train_batch_end`, at the step they describe
     (Lightning's `log_every_n_steps` would drop sparse steps). `measure` does the same on a
@@ -304,7 +304,7 @@ class GradDiagnostics(pl.Callback):
             self._handle = pl_module.model.trunk.register_forward_hook(self._capture)
 
     def probe(self, batch, horizons, step_coeffs: torch.Tensor) -> None:
-        """A `lab.step.StepProbe`: called after the forward, before any backward; reads the graph only."""
+        """A `lab.training.step.StepProbe`: called after the forward, before any backward; reads the graph only."""
         capture = self._capture
         self._release()
         if capture is None or capture.output is None:

@@ -22,8 +22,8 @@ import math
 import pytorch_lightning as pl
 import torch
 
-from lab.callbacks.cadence import logs_this_step
-from lab.step import step_outputs
+from lab.training.cadence import logs_this_step
+from lab.training.step import step_outputs
 
 
 def chain_acceptance_counts(row_correct: list[torch.Tensor], masks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 
 from lab.errors import ConfigError
-from lab.step import step_outputs
+from lab.training.step import step_outputs
 
 
 class LogitLiveness(pl.Callback):

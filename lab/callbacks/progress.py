@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pytorch_lightning.callbacks import TQDMProgressBar
 
-from lab.callbacks.cadence import logs_this_step
+from lab.training.cadence import logs_this_step
 
 # logged metric → (label on the bar, format)
 SHOWN = (

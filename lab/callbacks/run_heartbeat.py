@@ -5,7 +5,7 @@ import pytorch_lightning as pl
 
 class RunHeartbeat(pl.Callback):
     def __init__(self, record):
-        self.record = record  # lab.run_record.RunRecord of this attempt
+        self.record = record  # lab.run.record.RunRecord of this attempt
 
     def on_train_start(self, trainer, pl_module):
         self.record.heartbeat(trainer.global_step, force=True)

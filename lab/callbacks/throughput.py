@@ -23,7 +23,7 @@ import pytorch_lightning as pl
 import torch
 
 from lab.callbacks.peak_flops import resolve_peak_flops
-from lab.callbacks.cadence import logs_this_step
+from lab.training.cadence import logs_this_step
 from lab.model.flops import training_flops_per_token
 
 

@@ -1,6 +1,6 @@
 """Checkpoint semantics: the manifest (`manifest`), safe loading and validation (`loading`), RNG state (`rng`).
 
-Writing is `lab.checkpoint_io.SafeCheckpointIO` (a Lightning plugin, kept apart because
+Writing is `lab.checkpoint.io.SafeCheckpointIO` (a Lightning plugin, kept apart because
 importing Lightning is slow and the export tool does not need it).
 """
 

@@ -71,6 +71,6 @@ def load_parent_weights(model, source: str, tokenizer: dict | None = None) -> di
     model.load_state_dict(state, strict=False)
     if not any(key.startswith("head.") for key in state):
         model.head.initialize(model.trunk)  # head init options (copy_last_block, …) read the loaded trunk
-    from lab.export import sha256_file
+    from lab.checkpoint.export import sha256_file
 
     return {"source": str(Path(source).resolve()), "kind": kind, "sha256": sha256_file(path)}

@@ -2,7 +2,7 @@
 
 `validate_checkpoint` refuses a checkpoint whose manifest, aliases or tensors disagree with
 the composed config — one line naming the first differing field. Checkpoints are written
-by `lab.checkpoint_io.SafeCheckpointIO` (atomic, with the content digest that
+by `lab.checkpoint.io.SafeCheckpointIO` (atomic, with the content digest that
 `load_checkpoint` verifies).
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from lab.errors import ConfigError
 from lab.model.mtp import alias_groups
-from lab.run_record import package_versions
+from lab.run.record import package_versions
 
 MANIFEST_FORMAT = 1
 # Rows pack EOS-terminated documents; segment_ids number document occurrences in a row

@@ -35,7 +35,7 @@ def tokenizer_from_payload(payload: dict | None, manifest: dict):
 def load_for_generation(path: str | os.PathLike) -> Loaded:
     path = Path(path)
     if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
-        from lab.export import load_release, load_release_tokenizer
+        from lab.checkpoint.export import load_release, load_release_tokenizer
 
         config = json.loads((path / "config.json").read_text())
         context = (config.get("parent_manifest") or {}).get("seq_len")
@@ -46,7 +46,7 @@ def load_for_generation(path: str | os.PathLike) -> Loaded:
             raise ConfigError("checkpoint", f"{path} is neither a release folder (config.json + model.safetensors) nor a run dir with checkpoints/last.ckpt")
         path = candidate
     from lab.checkpoint import load_checkpoint
-    from lab.export import model_from_checkpoint
+    from lab.checkpoint.export import model_from_checkpoint
 
     checkpoint = load_checkpoint(path)
     model = model_from_checkpoint(checkpoint)

@@ -1,6 +1,6 @@
 """`model.compile=true`: torch.compile the transformer units of trunk and heads, in place.
 
-The units are those FSDP shards (lab/sharding.py): every trunk block, every head block and
+The units are those FSDP shards (lab/training/sharding.py): every trunk block, every head block and
 every DeepSeek depth module (compiled whole, its block inside it). Compiling per unit, not
 the whole network: blocks of one shape share one compiled graph (torch inlines module
 parameters as graph inputs), so a 12-layer trunk compiles once, not twelve times; the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from lab.errors import require
-from lab.sharding import SHARDING_UNITS
+from lab.model.heads import SHARDING_UNITS
 
 
 def split_compile_option(model: dict) -> tuple[dict, bool]:

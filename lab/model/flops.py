@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from lab.model.mtp import MTPModel
+if TYPE_CHECKING:  # heads import this file, so it never imports the model (no cycle)
     from lab.model.trunk import ModelConfig
 
 BACKWARD_OVER_FORWARD = 2
@@ -35,14 +34,14 @@ def block_forward_flops(cfg: ModelConfig, rows: int) -> int:
     return matmuls + attention
 
 
-def forward_flops_per_sequence(model: MTPModel, seq_len: int) -> int:
-    """Forward matmul FLOPs of trunk, head and the K vocabulary projections for one sequence."""
+def forward_flops_per_sequence(model, seq_len: int) -> int:
+    """Forward matmul FLOPs of an `MTPModel`'s trunk, head and K vocabulary projections for one sequence."""
     cfg = model.model_cfg
     trunk = len(model.trunk.blocks) * block_forward_flops(cfg, seq_len)
     projections = sum(2 * (seq_len - o) * cfg.d_model * cfg.vocab_size for o in model.head.offsets)  # [S-o_k, d] @ [d, V]
     return trunk + model.head.forward_flops(seq_len, cfg) + projections
 
 
-def training_flops_per_token(model: MTPModel, seq_len: int) -> float:
+def training_flops_per_token(model, seq_len: int) -> float:
     """Forward + backward matmul FLOPs per token of a `seq_len`-token training sequence."""
     return (1 + BACKWARD_OVER_FORWARD) * forward_flops_per_sequence(model, seq_len) / seq_len

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from lab.distributed import all_reduce_sum, world_size
+from lab.objective.distributed import all_reduce_sum, world_size
 from lab.errors import ConfigError, require
 from lab.objective.backward import BACKWARD_SCHEDULES, build_backward_schedule
 from lab.objective.reductions import POLICIES, effective_weights, validate_reduction

@@ -55,7 +55,7 @@ class SweepReport(Callback):
             self._publish_to_wandb(config, sweep_dir)
         print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed)", file=sys.stderr)
         offline_runs = sorted(Path(sweep_dir, "wandb").glob("offline-run-*"))
-        if offline_runs:  # every job's run and the report run (lab.resolvers.wandb_dir puts them there)
+        if offline_runs:  # every job's run and the report run (lab.config.resolvers.wandb_dir puts them there)
             print(f"wandb: {len(offline_runs)} offline runs; sync them with: wandb sync {sweep_dir}/wandb/offline-run-*", file=sys.stderr)
         if report.n_failed and self.fail_on_failed_jobs:
             print(f"error: sweep: {report.n_failed} of {report.n_ok + report.n_failed} jobs failed (see {report.markdown})", file=sys.stderr)

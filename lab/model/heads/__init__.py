@@ -15,6 +15,7 @@ from lab.model.heads.identity import IdentityHead
 from lab.model.heads.linear import LinearHead
 from lab.model.heads.ntp import NextTokenHead
 from lab.model.heads.parallel import ParallelHead
+from lab.model.trunk import Block
 
 HEADS: dict[str, type[MTPHead]] = {
     "ntp": NextTokenHead,
@@ -25,6 +26,9 @@ HEADS: dict[str, type[MTPHead]] = {
     "deepseek": DeepSeekHead,
     "identity": IdentityHead,
 }
+
+# Every transformer unit of trunk and heads: what FSDP wraps and `model.compile` compiles.
+SHARDING_UNITS: frozenset[type] = frozenset({Block}).union(*(head.sharding_units for head in HEADS.values()))
 
 
 def head_class(name: str) -> type[MTPHead]:
@@ -41,6 +45,6 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 
 
 __all__ = [
-    "HEADS", "DeepSeekConfig", "HeadConfig", "Horizon", "MTPHead", "NextTokenPath", "SharedParts", "Teacher", "endpoint_horizon", "head_class",
+    "HEADS", "SHARDING_UNITS", "DeepSeekConfig", "HeadConfig", "Horizon", "MTPHead", "NextTokenPath", "SharedParts", "Teacher", "endpoint_horizon", "head_class",
     "head_config",
 ]

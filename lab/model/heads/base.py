@@ -167,6 +167,8 @@ class MTPHead(nn.Module):
     """
 
     config_class: type[HeadConfig] = HeadConfig
+    # The modules FSDP shards and `model.compile` compiles one by one (the trunk's Block always is one).
+    sharding_units: tuple[type[nn.Module], ...] = (Block,)
     # Head containers whose index i holds horizon i + offset (e.g. `projections.0` is horizon 1).
     horizon_containers: Mapping[str, int] = {"projections": 1}
 

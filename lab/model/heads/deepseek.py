@@ -58,6 +58,7 @@ class DepthModule(nn.Module):
 class DeepSeekHead(MTPHead):
     draft_proposer = "chain"
     config_class = DeepSeekConfig
+    sharding_units = (DepthModule,)  # a depth module is one unit, its block nested inside it
     horizon_containers = {**MTPHead.horizon_containers, "depth_modules": 2}  # depth d predicts horizon d + 1
 
     @classmethod

@@ -1,6 +1,6 @@
 """The LightningModule: wires model, reduction, weight schedule and backward schedule.
 
-The step itself is `lab.step.train_step` (shared with the plain-PyTorch benchmark loop);
+The step itself is `lab.training.step.train_step` (shared with the plain-PyTorch benchmark loop);
 this module supplies Lightning's backward and optimizer, logs `train/objective` (what the step
 optimised: Σ_k c_k S_k, whose meaning depends on K, the policy and λ) and `train/loss` (the
 next-token loss S_1 / N_1, comparable across every run), keeps the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
-from lab.callbacks.cadence import logs_this_step
+from lab.training.cadence import logs_this_step
 from lab.checkpoint import (
     build_manifest,
     collect_rng_states_of_every_rank,
@@ -23,15 +23,15 @@ from lab.checkpoint import (
     tokenizer_payload,
     verify_restored,
 )
-from lab.distributed import all_reduce_sum, world_size
+from lab.objective.distributed import all_reduce_sum, world_size
 from lab.errors import require
 from lab.model.compile import compile_units, split_compile_option
 from lab.model.mtp import build_model
 from lab.objective import Progress, evaluate_horizons
 from lab.objective.objective import Objective, typed
-from lab.optim import OptimConfig, build_optimizer, matrix_parameters
-from lab.sharding import clip_gradient_norm
-from lab.step import StepOutputs, StepProbe, train_step
+from lab.training.optim import OptimConfig, build_optimizer, matrix_parameters
+from lab.training.sharding import clip_gradient_norm
+from lab.training.step import StepOutputs, StepProbe, train_step
 
 
 class LightningOptimization:

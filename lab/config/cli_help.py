@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from lab.config_checks import available_options
-from lab.preflight import experiment_listing
+from lab.config.checks import available_options
+from lab.config.preflight import experiment_listing
 
 USAGE = """lab-train: train one multi-token-prediction run, or a sweep of them (Hydra multirun), and record it
 (run.json, metrics.csv, checkpoints, an offline wandb run; a sweep also writes its report).

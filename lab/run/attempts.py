@@ -14,9 +14,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lab.errors import ConfigError
-from lab.files import orphaned_partials, orphaned_staged
-from lab.run_guard import cause, fault_reason
-from lab.run_record import RunRecord, is_global_rank_zero
+from lab.run.files import orphaned_partials, orphaned_staged
+from lab.run.guard import cause, fault_reason
+from lab.run.record import RunRecord, is_global_rank_zero
 
 
 def checkpoint_dir(cfg: DictConfig, run_dir: Path) -> Path:

@@ -10,12 +10,9 @@ objective can project head rows through them outside any block's forward.
 
 from __future__ import annotations
 
-import torch.nn as nn
 
-from lab.model.heads.deepseek import DepthModule
+from lab.model.heads import SHARDING_UNITS  # head-owned: each head class names its units
 from lab.model.trunk import Block
-
-SHARDING_UNITS: frozenset[type[nn.Module]] = frozenset({Block, DepthModule})
 
 
 def fsdp_strategy(*, activation_checkpointing: bool = False, **options):

@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from lab.distributed import all_reduce_sum
+from lab.objective.distributed import all_reduce_sum
 from lab.model.heads import Horizon
 from lab.objective.logit_bytes import logit_bytes
 from lab.objective.memory import SavedTensorMeter

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab.config_checks import check_group_choice, did_you_mean
+from lab.config.checks import check_group_choice, did_you_mean
 from lab.errors import ConfigError
 
 _ABSENT = object()
@@ -203,7 +203,7 @@ def first_job_override(override) -> str | None:
 def check_single_run(cfg: DictConfig) -> None:
     """Every check a single run can make without data or weights: the same typed configs the run
     builds (each group checks its own fields), before Hydra makes the run folder."""
-    from lab.config_checks import check_horizons_fit, check_run_config
+    from lab.config.checks import check_horizons_fit, check_run_config
     from lab.data import check_data_config
     from lab.model.compile import split_compile_option
     from lab.model.heads import head_config

@@ -6,12 +6,12 @@ Every group checks its own fields once, when it is built into a typed object
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from lab.errors import ConfigError, require
+from lab.schema import did_you_mean
 
 # Lightning's precision strings (plus its short aliases); transformer-engine needs NVIDIA's package.
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
@@ -23,11 +23,6 @@ def available_options(conf_dir: Path, group: str) -> list[str]:
 
 
 OPTIONAL_GROUPS = ("experiment", "hparams_search", "debug")  # default null in conf/train.yaml
-
-
-def did_you_mean(name: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def check_group_choice(key: str, choices: list[str], conf_dir: Path) -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab.config.checks import check_group_choice, did_you_mean
+from lab.config.checks import check_group_choice
 from lab.errors import ConfigError
+from lab.schema import check_known
 
 _ABSENT = object()
 FLAGS_WITHOUT_CHECKS = ("-m", "--multirun")  # other flags (--help, --cfg, ...) go to Hydra untouched
@@ -118,13 +119,7 @@ def check_value_override(override, base: DictConfig, conf_dir: Path) -> None:
         if override.is_add() or override.is_force_add() or override.is_delete():
             return
         candidates = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
-        if not parent:
-            candidates += config_groups(conf_dir)
-        suggestion = did_you_mean(leaf, candidates)
-        if suggestion and parent:
-            suggestion = suggestion.replace("did you mean ", f"did you mean {parent}.")
-        what = "no such setting" if parent else "no such config group or setting"
-        raise ConfigError(key, f"{what}{suggestion}; to add a new key write +{key}=...")
+        check_known(parent, [leaf], candidates + ([] if parent else config_groups(conf_dir)))
     if override.is_delete():
         return
     default = OmegaConf.to_container(node, resolve=False)[leaf] if isinstance(node, DictConfig) else None

@@ -35,6 +35,7 @@ from lab.data.streaming import StreamingRows
 from lab.data.token_store import MappedRows, TokenStream
 from lab.data.tokenizers import ByteTokenizer, Tokenizer, build_tokenizer, check_tokenizer_config
 from lab.errors import require
+from lab.schema import typed
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "mtp-lab"
 # Bump when tokenization or packing output changes, so stale caches are not reused.
@@ -80,10 +81,7 @@ def validate_data_config(**options) -> DataConfig:
 
     `source: auto` becomes the local format the file extensions name (text, json, jsonl, parquet).
     """
-    allowed = [f.name for f in dataclasses.fields(DataConfig)]
-    unknown = sorted(set(options) - set(allowed))
-    require(not unknown, "data", f"unknown option(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
-    config = DataConfig(**options)
+    config = typed(DataConfig, options, "data", owner=f"data.source={options.get('source', 'stdlib')}")
 
     require(config.source in SOURCES, "data.source", f"unknown {config.source!r}; allowed: {', '.join(SOURCES)}")
     if config.source not in ("stdlib", "hub"):

@@ -9,9 +9,10 @@ import torch.nn.functional as F
 import dataclasses
 from collections.abc import Mapping
 
-from lab.errors import ConfigError, require
+from lab.errors import require
 from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class, head_config
 from lab.model.trunk import ModelConfig, Trunk
+from lab.schema import typed
 
 
 # Head blocks that take the place of trunk blocks, by `head.compute_match` (DESIGN.md §4).
@@ -45,11 +46,7 @@ def model_config(values: Mapping | ModelConfig) -> ModelConfig:
     """The typed, checked trunk config; fields left out take the `model` group's defaults."""
     if isinstance(values, ModelConfig):
         values = dataclasses.asdict(values)
-    known = [f.name for f in dataclasses.fields(ModelConfig)]
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ConfigError(f"model.{unknown[0]}", f"unknown option; allowed: {', '.join(known)}")
-    cfg = ModelConfig(**values)
+    cfg = typed(ModelConfig, values, "model")
     cfg.validate()
     return cfg
 

@@ -9,28 +9,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from lab.objective.distributed import all_reduce_sum, world_size
 from lab.errors import ConfigError, require
+from lab.schema import typed
 from lab.objective.backward import BACKWARD_SCHEDULES, build_backward_schedule
 from lab.objective.reductions import POLICIES, effective_weights, validate_reduction
 from lab.objective.targets import TargetConfig, attach_teachers, supervised_mask
 from lab.objective.weights import Progress, WeightSchedule, build_weight_schedule
 
 COUNT_SCOPES = ("global", "local")
-
-
-def typed(cls, values: Mapping, group: str):
-    """`cls(**values)`, refusing an option `cls` does not have with one line naming it."""
-    known = [f.name for f in fields(cls)]
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ConfigError(f"{group}.{unknown[0]}", f"unknown option; allowed: {', '.join(known)}")
-    return cls(**values)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from lab.errors import ConfigError, require
+from lab.schema import check_known
 
 
 @dataclass(frozen=True)
@@ -395,13 +396,7 @@ def build_weight_schedule(name: str, k: int, **options: Any) -> WeightSchedule:
     """Build schedule `name` for `k` horizons; unknown names or options raise ConfigError."""
     require(name in WEIGHT_SCHEDULES, "weights.name", f"unknown {name!r}; allowed: {', '.join(WEIGHT_SCHEDULES)}")
     cls = WEIGHT_SCHEDULES[name]
-    allowed = _options_of(cls)
-    for option in options:
-        require(
-            option in allowed,
-            f"weights.{option}",
-            f"not an option of schedule {name!r}; allowed: {', '.join(allowed) or 'none'}",
-        )
+    check_known("weights", options, _options_of(cls), owner=f"schedule {name!r}")
     return cls(k=k, **{_OPTION_FIELDS.get(option, option): value for option, value in options.items()})
 
 

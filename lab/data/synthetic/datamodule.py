@@ -32,6 +32,7 @@ from lab.data.synthetic.induction import InductionTask
 from lab.data.synthetic.star_graph import StarGraphTask
 from lab.data.tokenizers import SymbolTokenizer
 from lab.errors import require
+from lab.schema import check_known
 
 TASKS = {"star_graph": StarGraphTask, "induction": InductionTask}
 # Which tokens of an example may be a label: (prompt length, answer length) -> [len + 1] bools, EOS last.
@@ -71,8 +72,7 @@ def validate_synthetic_config(**options) -> SyntheticConfig:
     task_cls = TASKS[source]
     task_fields = [f.name for f in dataclasses.fields(task_cls)]
     common = [f.name for f in dataclasses.fields(SyntheticConfig) if f.name != "task"]
-    unknown = sorted(set(options) - set(task_fields) - set(common))
-    require(not unknown, "data", f"unknown option(s) {', '.join(unknown)} for data.source={source}; allowed: {', '.join(common + task_fields)}")
+    check_known("data", options, common + task_fields, owner=f"data.source={source}")
     for name in task_fields:
         if name in options:
             _require_int(options[name], f"data.{name}", 1)

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from lab.errors import ConfigError, require
+from lab.schema import field_names, typed
 from lab.labels import horizon_mask
 from lab.model.flops import block_forward_flops
 from lab.model.trunk import AttentionContext, Block, ModelConfig, RMSNorm
@@ -175,13 +176,10 @@ class MTPHead(nn.Module):
     @classmethod
     def build_config(cls, values: Mapping) -> HeadConfig:
         """The typed, checked config from a mapping (fields left out take their defaults)."""
-        known = [f.name for f in dataclasses.fields(cls.config_class)]
+        known = field_names(cls.config_class)
         # An option another head has, set to null, means "not set" (a sweep sets `head.depth: null` for every head).
         values = {key: value for key, value in values.items() if key in known or value is not None}
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ConfigError(f"head.{unknown[0]}", f"not an option of head '{values.get('name')}'; allowed: {', '.join(known)}")
-        cfg = cls.resolve_k(cls.config_class(**values))
+        cfg = cls.resolve_k(typed(cls.config_class, values, "head", owner=f"head '{values.get('name')}'"))
         cls.check_config(cfg)
         return cfg
 

@@ -72,7 +72,7 @@ def table_s5_step_time(sweep: Sweep, out: Path) -> list[Path]:
     speeds = [(v, s) for v, s in speeds if s]
     if not speeds:
         return []
-    base = next((s for v, s in speeds if v.head == "ntp"), None)
+    base = next((s for v, s in speeds if v.is_baseline), None)
     reference = "ntp" if base else "the fastest variant"
     base = base or max(s for _, s in speeds)
     header = ["variant", "head", "K", "tokens/s (median)", f"step time relative to {reference}"]
@@ -134,8 +134,8 @@ def medusa_head_accuracy(sweep: Sweep, out: Path) -> list[Path]:
 
 
 def deepseek_lambda_effect(sweep: Sweep, out: Path) -> list[Path]:
-    """DeepSeek runs: λ of the extra depths over training (left) and the resulting next-token loss (right)."""
-    rows = [v for v in completed_variants(sweep) if v.head == "deepseek"]
+    """Chain-head runs (teacher-forced depths, i.e. DeepSeek): λ of the extra depths over training (left) and the next-token loss (right)."""
+    rows = [v for v in completed_variants(sweep) if v.teacher_forced]
     if not rows:
         return []
     with figure(10.0, 3.8, 1, 2) as (fig, axes):

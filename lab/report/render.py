@@ -60,7 +60,7 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
     if scored:
         best = scored[0]
         out.append(f"Lowest validation next-token loss: **{best.label}** ({best.cell('val/loss')} nats).")
-        baseline = next((v for v in scored if v.head == "ntp"), None)
+        baseline = next((v for v in scored if v.is_baseline), None)
         if baseline is not None and len(scored) > 1:
             base = baseline.stat("val/loss")[0]
             deltas = [f"{v.label} {v.stat('val/loss')[0] - base:+.4f}" for v in sorted(scored, key=order_key) if v is not baseline]
@@ -113,7 +113,7 @@ def cost_reference(variants: list[Variant], name: str) -> tuple[Variant, float] 
     known = [(v, v.cost(name)) for v in sorted(variants, key=order_key) if v.cost(name)]
     if len(known) < 2:
         return None
-    return next(((v, x) for v, x in known if v.head == "ntp"), min(known, key=lambda item: item[1]))
+    return next(((v, x) for v, x in known if v.is_baseline), min(known, key=lambda item: item[1]))
 
 
 def cost_findings(variants: list[Variant]) -> list[str]:

@@ -25,7 +25,7 @@ def welch_less(variant: list[float], baseline: list[float]) -> tuple[float, floa
 
 def significance_finding(variants, order_key) -> list[str]:
     """One line: each variant's difference to ntp in final val next-token loss, with its one-sided Welch p-value."""
-    baseline = next((v for v in variants if v.head == "ntp" and len(v.values(METRIC)) >= 2), None)
+    baseline = next((v for v in variants if v.is_baseline and len(v.values(METRIC)) >= 2), None)
     if baseline is None:
         return []
     parts = []

@@ -13,20 +13,18 @@ from pathlib import Path
 
 import numpy as np
 
+from lab.model.heads import display_rank
 from lab.report.plotting import color, figure, save_png, short, variant_style
 from lab.report.records import finite
 from lab.report.spikes import find_spikes, robust_range
 from lab.report.table import Variant
 
-HEAD_ORDER = ("ntp", "linear", "parallel", "causal", "anticausal", "deepseek")
 GRAD_COS = re.compile(r"^grad/cos/(?:(?P<space>.+)/)?h(?P<i>\d+)_h(?P<j>\d+)$")
 MiB = 1024 * 1024
 
 
 def order_key(variant: Variant):
-    head = variant.head
-    rank = HEAD_ORDER.index(head) if head in HEAD_ORDER else len(HEAD_ORDER)
-    return (rank, variant.k or 0)
+    return (display_rank(variant.head), variant.k or 0)
 
 
 def mean_curve(records: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -77,14 +75,14 @@ def val_loss_by_architecture(variants: list[Variant], path: Path) -> Path | None
     if not rows:
         return None
     ks = sorted({v.k or 1 for v in rows})
-    baseline = next((v.stat("val/loss")[0] for v in rows if v.head == "ntp"), None)
+    baseline = next((v.stat("val/loss")[0] for v in rows if v.is_baseline), None)
     with figure(max(5.0, 0.75 * len(rows) + 2), 4.0) as (fig, axes):
         ax = axes[0][0]
         for i, variant in enumerate(rows):
             mean, spread, n = variant.stat("val/loss")
             ax.bar(i, mean, yerr=spread if n > 1 else None, capsize=3, color=color(ks.index(variant.k or 1)),
                    label=f"K={variant.k or 1}")
-            text = f"{mean:.3f}" if baseline is None or variant.head == "ntp" else f"{mean:.3f}\nΔ{mean - baseline:+.3f}"
+            text = f"{mean:.3f}" if baseline is None or variant.is_baseline else f"{mean:.3f}\nΔ{mean - baseline:+.3f}"
             ax.annotate(text, (i, mean + (spread or 0)), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
         if baseline is not None:
             ax.axhline(baseline, color="black", linestyle="--", linewidth=0.8, label="ntp")

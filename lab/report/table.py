@@ -9,6 +9,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
+from lab.model.heads import is_baseline, teacher_forced
 from lab.report.records import RECORD_FIELDS, finite, override_items
 
 SEED_KEYS = ("seed", "+seed", "++seed")
@@ -113,6 +114,14 @@ class Variant:
     @property
     def k(self):
         return self.first.get("k")
+
+    @property
+    def is_baseline(self) -> bool:
+        return is_baseline(self.head)
+
+    @property
+    def teacher_forced(self) -> bool:
+        return teacher_forced(self.head)
 
     def cost(self, name: str) -> float | None:
         """Mean of one run.json `cost` entry over the variant's completed jobs (None when no job has it)."""

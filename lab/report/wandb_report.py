@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.model.heads import teacher_forced
 from lab.report.sweep_figures import REPORT_FIGURES, grad_cosine_heatmaps
 from lab.report.records import ReportError, Sweep, override_items
 from lab.report.render import findings, summary_lines
@@ -177,10 +178,10 @@ def horizon_note(sweep: Sweep, key: str) -> str:
     match = HORIZON_KEY.match(key)
     if not match or int(match.group("k")) < 2:
         return ""
-    heads = {r.get("head") for r in sweep.completed}
-    if "deepseek" not in heads:
+    forced = [teacher_forced(r.get("head")) for r in sweep.completed]
+    if not any(forced):
         return ""
-    return f" ({TEACHER_FORCED_NOTE})" if heads - {"deepseek"} else " (teacher-forced)"
+    return " (teacher-forced)" if all(forced) else f" ({TEACHER_FORCED_NOTE})"
 
 
 @dataclass

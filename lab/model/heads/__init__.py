@@ -1,5 +1,9 @@
 """Head registry: one file per architecture, selected by `head.name`.
 
+The registry's order is the display order of tables and figures; what reports need to know of
+an architecture (baseline, teacher-forced metrics, sharding units) is a class attribute, read
+through the functions below so that no code outside this package compares head names.
+
 A new architecture is one file here (an `MTPHead` subclass, with a `HeadConfig` subclass if
 it has options of its own) plus one entry in `HEADS` and one YAML in `conf/head/`.
 """
@@ -31,6 +35,21 @@ HEADS: dict[str, type[MTPHead]] = {
 SHARDING_UNITS: frozenset[type] = frozenset({Block}).union(*(head.sharding_units for head in HEADS.values()))
 
 
+def display_rank(name: str | None) -> int:
+    """Where head `name` stands in tables and figures: registry order, unknown names last."""
+    return list(HEADS).index(name) if name in HEADS else len(HEADS)
+
+
+def is_baseline(name: str | None) -> bool:
+    """Head `name` is the next-token baseline (a head this install does not know is not)."""
+    return name in HEADS and HEADS[name].is_baseline
+
+
+def teacher_forced(name: str | None) -> bool:
+    """Head `name`'s horizon k ≥ 2 metrics are teacher-forced (DESIGN §7)."""
+    return name in HEADS and HEADS[name].teacher_forced_metrics
+
+
 def head_class(name: str) -> type[MTPHead]:
     if name not in HEADS:
         raise ConfigError("head.name", f"unknown head '{name}'; allowed: {', '.join(HEADS)}")
@@ -45,6 +64,6 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 
 
 __all__ = [
-    "HEADS", "SHARDING_UNITS", "DeepSeekConfig", "HeadConfig", "Horizon", "MTPHead", "NextTokenPath", "SharedParts", "Teacher", "endpoint_horizon", "head_class",
+    "HEADS", "SHARDING_UNITS", "DeepSeekConfig", "display_rank", "is_baseline", "teacher_forced", "HeadConfig", "Horizon", "MTPHead", "NextTokenPath", "SharedParts", "Teacher", "endpoint_horizon", "head_class",
     "head_config",
 ]

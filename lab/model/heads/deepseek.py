@@ -58,6 +58,7 @@ class DepthModule(nn.Module):
 class DeepSeekHead(MTPHead):
     draft_proposer = "chain"
     config_class = DeepSeekConfig
+    teacher_forced_metrics = True  # depth k is fed tokens[t+1 .. t+k-1]: its accuracies are not blind guesses
     sharding_units = (DepthModule,)  # a depth module is one unit, its block nested inside it
     horizon_containers = {**MTPHead.horizon_containers, "depth_modules": 2}  # depth d predicts horizon d + 1
 

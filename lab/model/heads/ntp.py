@@ -5,6 +5,7 @@ from lab.model.heads.base import MTPHead
 
 
 class NextTokenHead(MTPHead):
+    is_baseline = True
     @classmethod
     def check_config(cls, cfg):
         super().check_config(cfg)

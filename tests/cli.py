@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+# Every subprocess a test starts gets this long: a correct program on a busy machine (CI shares its
+# 2 cores; a run measured at 52 s alone took over 120 s at load 10) must not fail on time. A hang
+# is still caught, by pytest-timeout (pyproject.toml), after longer.
+SUBPROCESS_TIMEOUT = 1500
+
 TINY = [
     "model.d_model=32",
     "model.n_layers=6",  # compute_match=blocks: K=4 block heads still leave 2 trunk blocks
@@ -24,7 +29,7 @@ TINY = [
 ]
 
 
-def lab_train(*overrides: str, cache_dir: Path, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+def lab_train(*overrides: str, cache_dir: Path, cwd: Path, timeout: int = SUBPROCESS_TIMEOUT) -> subprocess.CompletedProcess:
     env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
     return subprocess.run(
         [sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.cli import SUBPROCESS_TIMEOUT
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ EXTRA_ARGS = {"gpu_throughput": ["--no-compile", "--peak", "1e11"]}
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_quick_run(name):
     result = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{name}", "--quick", *EXTRA_ARGS.get(name, [])], check=False, cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     for text in EXPECTED[name]:
         assert text in result.stdout, f"{text!r} missing from:\n{result.stdout}"

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from lab.report.records import collect_sweep
-from tests.cli import TINY, read_run
+from tests.cli import TINY, read_run, SUBPROCESS_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS, EVERY, VAL_EVERY = 12, 2, 4  # checkpoints at 2, 4, ..., validations after steps 4, 8, 12
@@ -55,7 +55,7 @@ def env(cache_dir: Path, kill: str | None = None) -> dict:
 def sweep(sweep_dir: Path, cwd: Path, cache_dir: Path, kill: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "lab.train", "-m", *sweep_overrides(), f"hydra.sweep.dir={sweep_dir}"],
-        cwd=cwd, env=env(cache_dir, kill), capture_output=True, text=True, timeout=600,
+        cwd=cwd, env=env(cache_dir, kill), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT,
     )
 
 
@@ -63,7 +63,7 @@ def resume(job: Path, cwd: Path, cache_dir: Path, *extra: str, kill: str | None 
     """The README's sweep-resume recipe, verbatim (plus `extra` overrides)."""
     recipe = f"lab-train $(sed -n 's/^- //p' $JOB/.hydra/overrides.yaml) hydra.mode=RUN hydra.run.dir=$JOB ckpt_path=last {' '.join(extra)}"
     script = f"lab-train() {{ {sys.executable} -m lab.train \"$@\"; }}; JOB={job}; {recipe}"
-    return subprocess.run(["bash", "-c", script], cwd=cwd, env=env(cache_dir, kill), capture_output=True, text=True, timeout=600)
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=env(cache_dir, kill), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
 
 
 def csv_rows(text: str) -> list[dict]:
@@ -121,7 +121,7 @@ def test_killed_refused_and_finished_resumes_leave_the_sweep_records_of_an_unint
     assert (job / "checkpoints" / "last.ckpt").read_bytes() == before["last.ckpt"]
     assert (job / ".hydra" / "overrides.yaml").read_text() == original_overrides  # no ckpt_path=last piling up
 
-    report = subprocess.run([sys.executable, "-m", "lab.report.cli", str(b)], cwd=tmp_path, env=env(cache_dir), capture_output=True, text=True, timeout=300)
+    report = subprocess.run([sys.executable, "-m", "lab.report.cli", str(b)], cwd=tmp_path, env=env(cache_dir), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert report.returncode == 0, report.stderr[-3000:]
     assert csv_rows((b / "runs.csv").read_text()) == csv_rows((a / "runs.csv").read_text())
     assert report_text(b) == report_text(a)

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from tests.cli import TINY, lab_train, read_run, wandb_history_keys
+from tests.cli import TINY, lab_train, read_run, wandb_history_keys, SUBPROCESS_TIMEOUT
 
 
 def test_tiny_run_writes_metrics_checkpoint_record_and_wandb(tmp_path, cache_dir):
@@ -78,7 +78,7 @@ def test_parameter_table_of_paper_matched_parallel_heads(tmp_path, cache_dir):
 )
 def test_bad_input_is_one_line_error(tmp_path, cache_dir, overrides, field):
     run_dir = tmp_path / "run"
-    result = lab_train(*TINY, *overrides, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=120)
+    result = lab_train(*TINY, *overrides, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 2, result.stderr[-2000:]
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(error_lines) == 1 and error_lines[0].startswith(f"error: {field}"), result.stderr[-2000:]

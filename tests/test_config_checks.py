@@ -1,14 +1,20 @@
 """Start-up checks on the real composed configs (Hydra compose API, same build path as the CLI)."""
 
+import csv
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from lab.config.checks import check_group_overrides
+from lab.config.preflight import check_single_run
+from lab.model.compile import split_compile_option
+from lab.model.heads import head_config
+from lab.model.mtp import model_config, trunk_layers
 from lab.errors import ConfigError
 from lab.train import CONF_DIR, build
-from tests.cli import TINY
+from tests.cli import TINY, lab_train
 
 
 def composed(overrides, cache_dir):
@@ -43,7 +49,7 @@ def test_bad_config_raises_naming_the_field(overrides, field, cache_dir):
     with pytest.raises(ConfigError) as error:
         build(composed(overrides, cache_dir))
     assert str(error.value).startswith(field), str(error.value)
-    assert "\\n" not in str(error.value)
+    assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize(
@@ -59,3 +65,30 @@ def test_unknown_group_option_lists_allowed(argv, field):
 def test_valid_config_builds(cache_dir):
     datamodule, module = build(composed(["head=parallel", "head.k=2", "reduction=deepseek_paper"], cache_dir))
     assert module.model.k == 2 and datamodule.vocab_size == 259
+
+
+HEAD_OPTIONS = sorted(path.stem for path in (Path(CONF_DIR) / "head").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("head", HEAD_OPTIONS)
+def test_every_head_option_fits_the_default_model_and_data(head):
+    """`lab-train head=<each>` with nothing else: the default model and data keep ≥ 2 trunk blocks under
+    the default compute matching, and every start-up check a run makes before training passes."""
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=[f"head={head}"])
+    check_single_run(cfg)
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    model, _ = split_compile_option({**model, "vocab_size": 259})
+    head_cfg = head_config(OmegaConf.to_container(cfg.head, resolve=True))
+    assert trunk_layers(model_config(model), head_cfg) >= 2, head
+
+
+@pytest.mark.slow
+def test_a_sweep_over_every_head_option_trains_with_the_defaults(tmp_path, cache_dir):
+    """`lab-train -m head=<all> trainer.max_steps=2`: every job ok on the default model and data."""
+    result = lab_train("-m", f"head={','.join(HEAD_OPTIONS)}", "trainer.max_steps=2", "data.max_val_rows=32", "callbacks.decoding.new_tokens=4",
+                       f"hydra.sweep.dir={tmp_path / 'sweep'}", cache_dir=cache_dir, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "sweep" / "runs.csv", newline="") as table:  # the sweep report's one row per job
+        statuses = {row["head"]: row["status"] for row in csv.DictReader(table)}
+    assert statuses == {head: "ok" for head in HEAD_OPTIONS}, statuses

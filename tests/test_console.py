@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from tests.cli import TINY, lab_train, wandb_config
+from tests.cli import TINY, lab_train, wandb_config, SUBPROCESS_TIMEOUT
 
 NOISE = (
     "litlogger",  # Lightning's advertisement
@@ -63,7 +63,7 @@ def test_bad_input_is_one_line_and_leaves_no_run_folder(tmp_path, cache_dir, ove
     paths = {"empty": empty, "corrupt": corrupt}
     run_dir = tmp_path / "run"
     result = lab_train(*TINY, *[o.format(**paths) for o in overrides], f"hydra.run.dir={run_dir}", cache_dir=cache_dir,
-                       cwd=tmp_path, timeout=120)
+                       cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(expected.format(**paths)), result.stderr[-2000:]
@@ -102,7 +102,7 @@ def test_a_short_fresh_run_with_ckpt_path_last_says_so_and_validates_once_at_its
 
 
 def test_help_names_lab_train_and_lists_groups_and_experiments(tmp_path, cache_dir):
-    result = lab_train("--help", cache_dir=cache_dir, cwd=tmp_path, timeout=120)
+    result = lab_train("--help", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("lab-train: ") and "usage: lab-train" in result.stdout
     assert "  head:           anticausal, causal, deepseek, identity, linear, ntp*, parallel" in result.stdout

@@ -38,7 +38,7 @@ from lab.data.sampler import ResumableSampler
 from lab.data.sources import hub_fingerprint
 from lab.data.tokenizers import bpe_cache_path
 from lab.errors import ConfigError
-from tests.cli import TINY, lab_train, read_run
+from tests.cli import TINY, lab_train, read_run, SUBPROCESS_TIMEOUT
 from tests.fit_helpers import fit
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -700,7 +700,7 @@ def test_ddp_ranks_share_the_cache_and_streaming_matches_mapped(tmp_path):
     for name, extra in (("mapped", []), ("stream", ["data.streaming=true"])):
         cache = tmp_path / f"cache-{name}"
         run_dir = tmp_path / name
-        result = lab_train(*common, *extra, f"hydra.run.dir={run_dir}", cache_dir=cache, cwd=tmp_path, timeout=400)
+        result = lab_train(*common, *extra, f"hydra.run.dir={run_dir}", cache_dir=cache, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
         assert result.returncode == 0, result.stderr[-3000:]
         assert read_run(run_dir)["status"] == "ok"
         finals[name] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]

@@ -32,7 +32,7 @@ from lab.model.trunk import RMSNorm
 from lab.training.module import MTPLitModule
 from lab.training.step import local_counts
 from tests.helpers import VOCAB, build_model, horizon_sums, make_batch, model_config, packed_batch
-from tests.cli import TINY, lab_train, wandb_history_keys
+from tests.cli import TINY, lab_train, wandb_history_keys, SUBPROCESS_TIMEOUT
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
@@ -359,7 +359,7 @@ def test_bad_group_pattern_is_one_line_cli_error(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
     result = lab_train(
         *TINY, "callbacks=diagnostics", "head=parallel", "head.k=2", "+callbacks.grad_diagnostics.groups.attn=[trunk.attn*]",
-        f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=120,
+        f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT,
     )
     assert result.returncode == 2, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]

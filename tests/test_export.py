@@ -11,6 +11,7 @@ import torch
 
 from lab.checkpoint.export import export, load_release, load_release_tokenizer
 from tests.fit_helpers import compose_cfg, fit
+from tests.cli import SUBPROCESS_TIMEOUT
 
 HEADS = {
     "parallel": ["head=parallel", "head.k=3"],
@@ -66,7 +67,7 @@ def test_release_gives_the_full_models_next_token_logits(trained, head, tmp_path
 def test_cli_keep_heads_round_trip_and_refusals(trained, tmp_path):
     _, ckpt, full, datamodule = trained("parallel")
     out = tmp_path / "full"
-    result = subprocess.run(["lab-export", str(ckpt), "--out", str(out), "--keep-heads"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(["lab-export", str(ckpt), "--out", str(out), "--keep-heads"], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-2000:]
     release = load_release(out)
     assert release.k == 3 and json.loads((out / "release.json").read_text())["removed_keys"] == []
@@ -75,10 +76,10 @@ def test_cli_keep_heads_round_trip_and_refusals(trained, tmp_path):
         for got, expected in zip(release(batch), full(batch)):
             assert torch.equal(got.hidden, expected.hidden)
 
-    again = subprocess.run(["lab-export", str(ckpt), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    again = subprocess.run(["lab-export", str(ckpt), "--out", str(out)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert again.returncode == 2 and again.stderr.strip().splitlines() == [f"error: --out: {out} exists and is not an empty folder; choose a new one"]
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(ckpt.read_bytes()[:1000])
-    broken = subprocess.run(["lab-export", str(bad), "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    broken = subprocess.run(["lab-export", str(bad), "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert broken.returncode == 2 and broken.stderr.startswith("error: checkpoint: ") and len(broken.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()

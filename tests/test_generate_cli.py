@@ -15,14 +15,14 @@ from lab.decode import generate
 from lab.decode.cli import main as lab_generate_main
 from lab.decode.loading import load_for_generation
 from lab.checkpoint.export import export
-from tests.cli import TINY, lab_train, read_run
+from tests.cli import TINY, lab_train, read_run, SUBPROCESS_TIMEOUT
 
 PROMPT = "def main(x):\n    return"
 
 
 def lab_generate(*args: str, stdin: bytes | None = None, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "lab.decode.cli", *args], input=stdin, capture_output=True, timeout=300, cwd=cwd, env=dict(os.environ)
+        [sys.executable, "-m", "lab.decode.cli", *args], input=stdin, capture_output=True, timeout=SUBPROCESS_TIMEOUT, cwd=cwd, env=dict(os.environ)
     )
 
 

@@ -13,7 +13,7 @@ import torch
 from lab.errors import ConfigError
 from lab.checkpoint.export import export, sha256_file
 from lab.train import build
-from tests.cli import TINY, lab_train
+from tests.cli import TINY, lab_train, SUBPROCESS_TIMEOUT
 from tests.fit_helpers import fit
 
 FROZEN = ("head=parallel", "head.k=3", "head.compute_match=none", "head.trunk_grad=frozen")
@@ -104,7 +104,7 @@ def test_draft_training_second_stage_runs_as_one_sweep(tmp_path, cache_dir, pare
 
     sweep = tmp_path / "sweep"
     result = lab_train("-m", "experiment=draft_training", *TINY, "model.n_layers=2", f"parent={parent.parent.parent}",
-                       f"hydra.sweep.dir={sweep}", "callbacks.decoding.new_tokens=8", cache_dir=cache_dir, cwd=tmp_path, timeout=900)
+                       f"hydra.sweep.dir={sweep}", "callbacks.decoding.new_tokens=8", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {row["overrides"]: row for row in csv.DictReader((sweep / "runs.csv").open())}
     assert [row["status"] for row in rows.values()] == ["ok"] * 3

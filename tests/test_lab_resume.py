@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 
-from tests.cli import TINY, read_run
+from tests.cli import TINY, read_run, SUBPROCESS_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS, KILL_AT = 8, 4
@@ -63,7 +63,7 @@ def test_lab_resume_finishes_a_sweep_with_one_killed_job(tmp_path, cache_dir):
     done_record = (done / "run.json").read_bytes()
 
     result = subprocess.run([sys.executable, "-m", "lab.run.resume", str(sweep)], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=600)
+                            text=True, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"1 unfinished or failed job(s) in {sweep}" in result.stdout and f"resuming {killed.name} (running)" in result.stdout
     assert "ckpt_path=last" in result.stdout and "no checkpoint at" not in result.stderr  # it resumed, not restarted

@@ -19,6 +19,7 @@ from lab.report.records import (
     sweep_from_wandb_runs,
 )
 from lab.report.table import sweep_dimensions, variants
+from tests.cli import SUBPROCESS_TIMEOUT
 
 HEADS = {"ntp": 1, "parallel": 4, "deepseek": 4}
 # parallel: +2 % parameters, +4 % FLOPs (within 5 %); deepseek: +20 % parameters, +10 % FLOPs.
@@ -155,7 +156,7 @@ def test_rebuild_is_idempotent_byte_for_byte(fake_sweep):
 
 def test_analysis_figures_are_deterministic(fake_sweep, tmp_path):
     runs = [subprocess.run([sys.executable, "-m", "analysis.paper_figures", str(fake_sweep), "--out", str(tmp_path / f"out{i}")],
-                           capture_output=True, text=True, timeout=120) for i in range(2)]
+                           capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT) for i in range(2)]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
     first, second = digests(tmp_path / "out0"), digests(tmp_path / "out1")
     assert first == second
@@ -204,7 +205,7 @@ def test_wandb_runs_convert_to_the_same_records(tmp_path):
 
 
 def lab_report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lab.report.cli", *args], check=False, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "lab.report.cli", *args], check=False, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:

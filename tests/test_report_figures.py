@@ -14,6 +14,7 @@ from lab.report.build import build_sweep_report
 from lab.report.sweep_figures import despiked_mean_curve, zero_based_ylim
 from lab.report.plotting import variant_style
 from lab.report.spikes import find_spikes, robust_range, running_median
+from tests.cli import SUBPROCESS_TIMEOUT
 
 SPIKE_JOB, SPIKE_STEP, SPIKE_VALUE, LEVEL = 1, 12, 10.0, 2.6
 
@@ -108,12 +109,12 @@ def test_lab_report_refuses_single_runs_unless_forced(tmp_path):
     outputs.mkdir()
     write_job(outputs, 0, "ntp", 1)
     write_job(outputs, 1, "ntp", 1)
-    refused = subprocess.run([sys.executable, "-m", "lab.report.cli", str(outputs)], capture_output=True, text=True, timeout=120)
+    refused = subprocess.run([sys.executable, "-m", "lab.report.cli", str(outputs)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert refused.returncode == 2, refused.stderr
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {outputs}: not a sweep directory") and "--force" in lines[0]
     assert not (outputs / "report.md").exists() and not (outputs / "runs.csv").exists()
-    forced = subprocess.run([sys.executable, "-m", "lab.report.cli", str(outputs), "--force"], capture_output=True, text=True, timeout=120)
+    forced = subprocess.run([sys.executable, "-m", "lab.report.cli", str(outputs), "--force"], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert forced.returncode == 0, forced.stderr
     assert (outputs / "report.html").exists()
 

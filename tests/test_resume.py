@@ -24,7 +24,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from tests.cli import TINY, lab_train, read_run
+from tests.cli import TINY, lab_train, read_run, SUBPROCESS_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS, KILL_AT = 8, 4
@@ -103,7 +103,7 @@ def run_and_kill(job_a: list[str], job_b: list[str], marker: Path, cache_dir: Pa
             time.sleep(0.2)
         os.killpg(b.pid, signal.SIGKILL)  # a hard kill, not a clean stop
         assert b.wait(timeout=60) == -signal.SIGKILL
-        assert a.wait(timeout=400) == 0, a.stderr.read()[-3000:]
+        assert a.wait(timeout=SUBPROCESS_TIMEOUT) == 0, a.stderr.read()[-3000:]
     finally:
         for process in (a, b):
             try:

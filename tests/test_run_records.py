@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cli import TINY, read_run
+from tests.cli import TINY, read_run, SUBPROCESS_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 def run_cli(*overrides: str, cache_dir: Path, cwd: Path, prefix: tuple[str, ...] = (), umask: int | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0", "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+        [*prefix, sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT,
         preexec_fn=None if umask is None else (lambda: os.umask(umask)),
     )
 
@@ -200,12 +200,12 @@ def test_kills_during_a_validation_and_a_checkpoint_write_lose_no_row_and_leave_
         for point, resumed_from in (("validation@4", None), ("checkpoint_write@6", 2)):
             extra = [] if resumed_from is None else ["ckpt_path=last"]
             out = subprocess.run([sys.executable, "-m", "lab.train", *job, *extra, f"hydra.run.dir={killed}"], cwd=tmp_path,
-                                 env={**base_env, **kill_env(point, killed)}, capture_output=True, text=True, timeout=300)
+                                 env={**base_env, **kill_env(point, killed)}, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
             assert out.returncode == -9, (point, out.stderr[-3000:])
         assert list((killed / "checkpoints").glob(".*.partial")), "the kill must leave an orphaned temp file"
         out = run_cli(*job, "ckpt_path=last", f"hydra.run.dir={killed}", cache_dir=cache_dir, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-3000:]
-        assert a.wait(timeout=300) == 0, a.stderr.read()[-3000:]
+        assert a.wait(timeout=SUBPROCESS_TIMEOUT) == 0, a.stderr.read()[-3000:]
     finally:
         if a.poll() is None:
             a.kill()

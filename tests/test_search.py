@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from lab.config.resolvers import aux_lambdas
-from tests.cli import TINY, lab_train
+from tests.cli import TINY, lab_train, SUBPROCESS_TIMEOUT
 
 SEARCH = [*TINY, "model.n_layers=5", "trainer.max_steps=4", "trainer.val_check_interval=4"]
 
@@ -22,7 +22,7 @@ def test_aux_lambdas_are_one_then_geometric_from_lambda():
 def test_optuna_search_of_three_trials_runs_and_resumes(tmp_path, cache_dir):
     sweep = tmp_path / "search"
     result = lab_train("experiment=search_lambda", "hydra.sweeper.n_trials=3", *SEARCH, f"hydra.sweep.dir={sweep}",
-                       cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+                       cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     assert set(best["best_params"]) == {"search.lam", "search.gamma"}
@@ -37,6 +37,6 @@ def test_optuna_search_of_three_trials_runs_and_resumes(tmp_path, cache_dir):
     storage = f"sqlite:///{tmp_path / 'optuna-search_lambda.db'}"
     assert len(optuna.load_study(study_name="search_lambda", storage=storage).trials) == 3
     again = lab_train("experiment=search_lambda", "hydra.sweeper.n_trials=1", *SEARCH, f"hydra.sweep.dir={tmp_path / 'again'}",
-                      cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+                      cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert len(optuna.load_study(study_name="search_lambda", storage=storage).trials) == 4  # the study resumed

@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from lab.train import CONF_DIR
-from tests.cli import TINY, lab_train, read_run
+from tests.cli import TINY, lab_train, read_run, SUBPROCESS_TIMEOUT
 from tests.test_sweep import FIGURES, assert_report
 
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[slurm]'")
@@ -22,7 +22,7 @@ def test_two_job_sweep_through_submitits_local_executor(tmp_path, cache_dir):
     sweep = tmp_path / "sweep"
     result = lab_train(
         "-m", *TINY, "head=ntp,parallel", "sweep_name=submitit_test", "hydra/launcher=submitit_local",
-        "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep}", cache_dir=cache_dir, cwd=tmp_path, timeout=600,
+        "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep}", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Submitit 'local' sweep output dir" in result.stdout + result.stderr

@@ -20,7 +20,7 @@ from lab.errors import ConfigError
 from lab.model.mtp import parameter_table
 from lab.training.module import MTPLitModule
 from lab.train import CONF_DIR
-from tests.cli import TINY, lab_train, read_run
+from tests.cli import TINY, lab_train, read_run, SUBPROCESS_TIMEOUT
 
 FIGURES = {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "effective_weights.png", "logit_memory.png"}
 EXPERIMENTS = (
@@ -100,13 +100,13 @@ def test_failed_jobs_are_recorded_and_the_sweep_completes(failing_sweep):
 def test_lab_report_rebuild_is_idempotent_and_figures_deterministic(joblib_sweep, tmp_path):
     files = [joblib_sweep / n for n in ("runs.csv", "report.md", "report.html")] + sorted((joblib_sweep / "figures").glob("*.png"))
     before = digests(files)
-    result = subprocess.run(["lab-report", str(joblib_sweep)], check=False, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(["lab-report", str(joblib_sweep)], check=False, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert digests(files) == before
     outs = []
     for i in range(2):
         out = tmp_path / f"paper{i}"
-        run = subprocess.run([sys.executable, "-m", "analysis.paper_figures", str(joblib_sweep), "--out", str(out)], check=False, capture_output=True, text=True, timeout=120)
+        run = subprocess.run([sys.executable, "-m", "analysis.paper_figures", str(joblib_sweep), "--out", str(out)], check=False, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
         assert run.returncode == 0, run.stderr[-2000:]
         outs.append(digests(out.glob("*.png")))
     assert outs[0] == outs[1] and {"table_s4_architectures.png", "medusa_head_accuracy.png", "deepseek_lambda_effect.png"} <= set(outs[0])
@@ -136,7 +136,7 @@ def test_each_job_is_its_own_wandb_run_under_the_sweep_dir(joblib_sweep):
 
 def test_ddp_job_inside_a_multirun_runs_the_sweep_once(tmp_path, cache_dir):
     """Lightning starts rank 1 by re-running argv; inside a sweep that must be this one job, not the sweep again."""
-    result = lab_train("-m", *TINY, "trainer=ddp_cpu", cache_dir=cache_dir, cwd=tmp_path, timeout=300)
+    result = lab_train("-m", *TINY, "trainer=ddp_cpu", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
     assert log.count("Launching 1 jobs locally") == 1, log[-3000:]

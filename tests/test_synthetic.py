@@ -23,7 +23,7 @@ from lab.decode.evaluation import answer_accuracy
 from lab.errors import ConfigError
 from lab.labels import chain_masks, horizon_mask
 from lab.model.mtp import build_model
-from tests.cli import lab_train, read_run
+from tests.cli import lab_train, read_run, SUBPROCESS_TIMEOUT
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -252,7 +252,7 @@ def test_twenty_steps_of_each_task_through_the_cli(tmp_path, cache_dir, source, 
     """20 steps through lab-train: answer metrics in run.json, and the checkpoint's tokenizer is the task's."""
     run = tmp_path / "run"
     result = lab_train(f"data={source}", "head=parallel", "head.k=2", *CLI_SMALL, f"hydra.run.dir={run}",
-                       cache_dir=cache_dir, cwd=tmp_path, timeout=300)
+                       cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     record = read_run(run)
     assert record["status"] == "ok" and record["config"]["data"]["source"] == source
@@ -270,7 +270,7 @@ def test_twenty_steps_of_each_task_through_the_cli(tmp_path, cache_dir, source, 
 
 
 def test_bad_synthetic_option_fails_before_the_run(tmp_path, cache_dir):
-    result = lab_train("data=star_graph", "data.num_nodes=4", cache_dir=cache_dir, cwd=tmp_path, timeout=120)
+    result = lab_train("data=star_graph", "data.num_nodes=4", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: data.num_nodes: must be ≥ 1 + degree")
     assert not (tmp_path / "outputs").exists()
 

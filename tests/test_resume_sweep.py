@@ -40,7 +40,7 @@ def test_lab_resume_finishes_a_sweep_with_one_killed_job(tmp_path, cache_dir):
     tiny = [o for o in TINY if not o.startswith("trainer.max_steps")]
     overrides = [
         "-m", *tiny, "head=linear,parallel", "head.k=2", f"trainer.max_steps={STEPS}", f"callbacks.checkpoint.every_n_train_steps={KILL_AT}",
-        "+callbacks.stall._target_=tests.test_lab_resume.StallOnce", f"+callbacks.stall.step={KILL_AT}",
+        "+callbacks.stall._target_=tests.test_resume_sweep.StallOnce", f"+callbacks.stall.step={KILL_AT}",
         f"+callbacks.stall.marker={marker}", "+callbacks.stall.head=parallel", f"hydra.sweep.dir={sweep}",
     ]
     process = subprocess.Popen([sys.executable, "-m", "lab.train", *overrides], cwd=tmp_path, env=env,

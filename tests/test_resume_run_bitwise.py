@@ -75,7 +75,7 @@ def job(corpus: Path, run_dir: Path) -> list[str]:
         *tiny, "data=text", f"data.path={corpus}", "data.max_docs=null", f"trainer.max_steps={STEPS}",
         f"callbacks.checkpoint.every_n_train_steps={KILL_AT}", "head=deepseek", "head.depth=1",
         "weights=deepseek", "weights.switch_tokens=700", "logger=csv", "+logger.csv.flush_logs_every_n_steps=1",
-        "+callbacks.probe._target_=tests.test_resume.RandomProbe", f"hydra.run.dir={run_dir}",
+        "+callbacks.probe._target_=tests.test_resume_run_bitwise.RandomProbe", f"hydra.run.dir={run_dir}",
     ]
 
 
@@ -92,7 +92,7 @@ def run_and_kill(job_a: list[str], job_b: list[str], marker: Path, cache_dir: Pa
     """Run A to the end; SIGKILL run B (every process of it) once its step-KILL_AT checkpoint is on disk."""
     a = start_train(*job_a, cache_dir=cache_dir, cwd=cwd)
     b = start_train(
-        *job_b, "+callbacks.stall._target_=tests.test_resume.StallAfterStep",
+        *job_b, "+callbacks.stall._target_=tests.test_resume_run_bitwise.StallAfterStep",
         f"+callbacks.stall.step={KILL_AT}", f"+callbacks.stall.marker={marker}", cache_dir=cache_dir, cwd=cwd,
     )
     try:
@@ -165,7 +165,7 @@ def test_killed_ddp_run_resumes_like_an_uninterrupted_one(tmp_path, cache_dir, m
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     corpus = write_corpus(tmp_path / "corpus.txt")
     run_a, run_b, marker = tmp_path / "a", tmp_path / "b", tmp_path / "stalled"
-    ddp = ["trainer=ddp_cpu", "+callbacks.rank_probe._target_=tests.test_resume.RankProbe"]
+    ddp = ["trainer=ddp_cpu", "+callbacks.rank_probe._target_=tests.test_resume_run_bitwise.RankProbe"]
     run_and_kill([*job(corpus, run_a), *ddp], [*job(corpus, run_b), *ddp], marker, cache_dir, tmp_path)
     saved = torch.load(run_b / "checkpoints" / "last.ckpt", weights_only=True)
     assert saved["global_step"] == KILL_AT and len(saved["mtp_state"]["rng_by_rank"]) == 2

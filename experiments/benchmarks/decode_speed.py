@@ -53,7 +53,7 @@ def uncached_greedy(model: MTPModel, prompt: torch.Tensor, n: int) -> list[int]:
 
 def cached_vs_uncached(new_tokens: int, repeats: int) -> None:
     torch.manual_seed(0)
-    model = MTPModel(ModelConfig(vocab_size=259), HeadConfig(name="ntp", k=1)).eval()
+    model = MTPModel(ModelConfig(vocab_size=259, n_layers=4), HeadConfig(name="ntp", k=1)).eval()  # as measured in its README
     prompt = torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(0))
     same = generate(model, prompt, new_tokens).tokens == uncached_greedy(model, prompt, new_tokens)
     timings = interleave({"cached": lambda: generate(model, prompt, new_tokens), "uncached": lambda: uncached_greedy(model, prompt, new_tokens)},

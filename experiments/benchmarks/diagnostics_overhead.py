@@ -138,7 +138,7 @@ def main(argv=None) -> None:
     diagnostics = ScheduledDiagnostics(bench)
     # The real default config (conf/train.yaml) with this benchmark's head, λ and sizes.
     datamodule, module = build(compose(
-        "seed=0", "data.max_docs=50", f"data.seq_len={seq_len}", f"data.batch_size={batch_size}", f"model.d_model={d_model}",
+        "seed=0", "data.max_docs=50", f"data.seq_len={seq_len}", f"data.batch_size={batch_size}", f"model.d_model={d_model}", "model.n_layers=4",
         f"head={args.head}", f"head.k={args.k}", "head.compute_match=next_token_path",  # as measured: 4 blocks on the next-token path
         "weights=geometric", f"trainer.max_steps={len(bench.plan)}",
     ))

@@ -224,7 +224,7 @@ def main(argv=None) -> None:
     out = tempfile.mkdtemp(prefix="harness-overhead-")
     total_steps = harness_steps if args.profile is None else args.profile + 21
     # The real default config (conf/train.yaml), 50 documents, validation off (not part of a step).
-    cfg = compose("seed=0", "data.max_docs=50", f"trainer.max_steps={total_steps}", "trainer.limit_val_batches=0",
+    cfg = compose("seed=0", "model.n_layers=4", "data.max_docs=50", f"trainer.max_steps={total_steps}", "trainer.limit_val_batches=0",
                   "trainer.num_sanity_val_steps=0", f"logger.wandb.save_dir={out}", output_dir=out)  # no Hydra run dir here
     datamodule, module = build(cfg)
 

@@ -62,9 +62,8 @@ the same graph exactly as without the callback (tests: identical loss at every s
 final weights, unchanged RNG state and `.grad`). Reusing the step's forward saves the
 extra forward pass a separate measurement would cost (~0.3 step); autograd prunes each
 per-horizon backward to the input-gradient path, plus weight gradients where a requested
-Parameter sits. Cost: about one training step per measurement (1.02 steps for the tiny
-parallel K=4 model, i.e. 2.0% amortised at every_n_steps=50; see
-`experiments/benchmarks/diagnostics_overhead.py`).
+Parameter sits. Cost: about one training step per measurement, amortised over `every_n_steps`
+(measured by `experiments/benchmarks/diagnostics_overhead.py`; numbers in experiments/benchmarks/README.md).
 """
 
 from __future__ import annotations

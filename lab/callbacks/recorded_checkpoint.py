@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from lab.run.files import fsync_dir, staged_path
+from lab.checkpoint.files import fsync_dir, staged_path
 
 METRICS_KEY = "mtp_callback_metrics"
 

@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 
 from lab.checkpoint import check_state_aliases, load_checkpoint, plain
 from lab.errors import ConfigError
-from lab.run.files import honour_umask
+from lab.checkpoint.files import honour_umask
 from lab.model.mtp import MTPModel, build_model
 
 RELEASE_FORMAT = 1

@@ -15,7 +15,7 @@ import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from lab.checkpoint import content_digest
-from lab.run.files import create_partial, fsync_dir, os_error_in
+from lab.checkpoint.files import create_partial, fsync_dir, os_error_in
 
 
 class SafeCheckpointIO(TorchCheckpointIO):

@@ -10,11 +10,25 @@ dicts, lists and scalars (so `torch.load(weights_only=True)` reads it back);
 from __future__ import annotations
 
 import dataclasses
+import platform
+from importlib import metadata
 from typing import Any
 
 from lab.errors import ConfigError
 from lab.model.mtp import alias_groups
-from lab.run.record import package_versions
+
+
+PACKAGES = ("torch", "pytorch-lightning", "hydra-core", "wandb", "datasets", "tokenizers", "mtp-lab")
+
+
+def package_versions() -> dict:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 MANIFEST_FORMAT = 1
 # Rows pack EOS-terminated documents; segment_ids number document occurrences in a row

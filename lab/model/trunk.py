@@ -21,9 +21,9 @@ from lab.errors import require
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = 259
+    vocab_size: int | None = 259  # the byte tokenizer's; None (the `model` group's default): the tokenizer's size
     d_model: int = 128
-    n_layers: int = 4
+    n_layers: int = 6  # compute_match=blocks: every head option (K=4 block heads included) keeps ≥ 2 trunk blocks
     n_heads: int = 4
     mlp_ratio: int = 4
     rope_base: float = 10000.0
@@ -32,7 +32,8 @@ class ModelConfig:
     init_std: float = 0.02
 
     def validate(self) -> None:
-        require(self.vocab_size >= 2, "model.vocab_size", f"must be ≥ 2, got {self.vocab_size}")
+        require(isinstance(self.vocab_size, int) and self.vocab_size >= 2, "model.vocab_size",
+                f"must be an integer ≥ 2 (null: the tokenizer's size, filled in by lab-train), got {self.vocab_size}")
         require(self.n_layers >= 1, "model.n_layers", f"must be ≥ 1, got {self.n_layers}")
         require(self.n_heads >= 1, "model.n_heads", f"must be ≥ 1, got {self.n_heads}")
         require(

@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lab.errors import ConfigError
-from lab.run.files import orphaned_partials, orphaned_staged
+from lab.checkpoint.files import orphaned_partials, orphaned_staged
 from lab.run.guard import cause, fault_reason
 from lab.run.record import RunRecord, is_global_rank_zero
 

@@ -20,28 +20,17 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import socket
 import subprocess
 import time
-from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("torch", "pytorch-lightning", "hydra-core", "wandb", "datasets", "tokenizers", "mtp-lab")
+from lab.checkpoint.manifest import package_versions
+
 # Attempt statuses. `running` on disk after the process is gone means it was killed.
 RUNNING, OK, FAILED, INTERRUPTED, REFUSED, NOTHING_TO_DO = "running", "ok", "failed", "interrupted", "refused", "nothing_to_do"
 TRAINED = (RUNNING, OK, FAILED, INTERRUPTED)  # attempts whose wall time counts towards run_time_s
 HEARTBEAT_S = 10.0  # a killed attempt's run time is known up to its last heartbeat
-
-
-def package_versions() -> dict:
-    versions = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
 
 
 def git_commit() -> str | None:

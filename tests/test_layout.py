@@ -1,0 +1,103 @@
+"""The layout reads as the architecture: few top-level modules, packages in one dependency order.
+
+Every `import` statement under lab/ is read (module level and inside functions alike): an import
+inside a function is still a dependency, only a later one.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+LAB = Path(__file__).resolve().parents[1] / "lab"
+# Lower first: each unit imports only units before it (and itself).
+LAYERS = ["errors", "schema", "labels", "data", "model", "objective", "checkpoint", "training", "decode", "callbacks",
+          "config", "report", "run", "tracking", "train"]
+HEAD_NAMES = ("ntp", "linear", "parallel", "causal", "anticausal", "deepseek", "identity", "medusa")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(LAB.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The lab modules `path` imports (`from lab.x import y` counts lab.x.y when that is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            candidates = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {c for c in candidates if c in modules}
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_name(p): p for p in LAB.rglob("*.py")}
+    return {name: imported_modules(path, set(paths)) - {name} for name, path in paths.items()}
+
+
+def unit(module: str) -> str:
+    """lab.model.heads.base → model; lab.train → train."""
+    return module.split(".")[1] if "." in module else module
+
+
+def test_the_top_level_has_at_most_six_modules():
+    modules = sorted(p.name for p in LAB.glob("*.py"))
+    assert len(modules) <= 6, modules
+
+
+def test_every_package_and_top_level_module_has_a_layer():
+    units = {p.stem if p.is_file() else p.name for p in LAB.iterdir() if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()}
+    assert units == set(LAYERS), units ^ set(LAYERS)
+
+
+def test_no_import_runs_upward():
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    upward = sorted(f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
+                    if unit(a) != "lab" and unit(b) != "lab" and rank[unit(b)] > rank[unit(a)])
+    assert upward == [], upward
+
+
+def test_no_module_import_cycle():
+    graph = import_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return path + [node, target]
+            if target not in state and (cycle := visit(target, path + [node])):
+                return cycle
+        state[node] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state:
+            cycle = visit(module, [])
+            assert cycle is None, " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("root", ["lab", "analysis", "experiments"])
+def test_no_head_name_is_compared_outside_the_heads_package(root):
+    """What a report or figure needs to know of an architecture is a trait of its class (lab/model/heads)."""
+    pattern = re.compile(r"""(==|!=)\s*["'](%s)["']|["'](%s)["']\s*(==|!=)""" % ("|".join(HEAD_NAMES), "|".join(HEAD_NAMES)))
+    heads = LAB / "model" / "heads"
+    hits = [f"{p}:{i}" for p in (LAB.parent / root).rglob("*.py") if heads not in p.parents
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert hits == [], hits
+
+
+def test_the_checks_see_a_violation():
+    """The instruments themselves: an upward edge and a name comparison are found."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    assert rank[unit("lab.report.render")] > rank[unit("lab.model.mtp")]  # model -> report would be upward
+    pattern = re.compile(r"""(==|!=)\s*["'](ntp)["']""")
+    assert pattern.search('if v.head == "ntp":')

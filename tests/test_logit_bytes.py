@@ -53,7 +53,7 @@ def test_unknown_schedule_names_the_field_and_choices():
 
 @pytest.mark.parametrize("chunk_rows", [None, 0, -4])
 def test_chunked_needs_chunk_rows_of_at_least_one(chunk_rows):
-    with pytest.raises(ConfigError, match=r"^schedule\.chunk_rows: must be ≥ 1"):
+    with pytest.raises(ConfigError, match=r"^schedule\.chunk_rows: must be an integer ≥ 1"):
         logit_bytes(COUNTS, V, schedule="chunked", chunk_rows=chunk_rows)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from lab.errors import ConfigError, require
 from lab.schema import did_you_mean
@@ -48,6 +48,30 @@ def check_group_overrides(argv: list[str], conf_dir: Path) -> None:
         if "." in key or key.startswith("hydra/") or not (conf_dir / key).is_dir():
             continue
         check_group_choice(key, [choice.strip() for choice in value.split(",")], conf_dir)
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every check of a run's config that needs no data and no weights, in one sequence: the run
+    settings, then each group through the typed config it is built from (each field checked by its
+    group's schema), then the invariants across groups. `lab-train`'s pre-flight and `build` call it."""
+    from lab.data import check_data_config
+    from lab.model.compile import split_compile_option
+    from lab.model.heads import head_config
+    from lab.model.mtp import model_config, trunk_layers
+    from lab.objective.objective import Objective
+
+    def plain(group: str) -> dict:
+        return OmegaConf.to_container(cfg[group], resolve=True)
+
+    check_run_config(cfg)
+    data = check_data_config(plain("data"))  # local files: exist and are not empty
+    head = head_config(plain("head"))
+    model, _ = split_compile_option(plain("model"))
+    model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
+    trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
+    objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
+    Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)
+    check_horizons_fit(head.k, data.seq_len, head.offsets)
 
 
 def check_run_config(cfg: DictConfig) -> None:

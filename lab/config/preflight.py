@@ -196,27 +196,11 @@ def first_job_override(override) -> str | None:
 
 
 def check_single_run(cfg: DictConfig) -> None:
-    """Every check a single run can make without data or weights: the same typed configs the run
-    builds (each group checks its own fields), before Hydra makes the run folder."""
-    from lab.config.checks import check_horizons_fit, check_run_config
-    from lab.data import check_data_config
-    from lab.model.compile import split_compile_option
-    from lab.model.heads import head_config
-    from lab.model.mtp import model_config, trunk_layers
-    from lab.objective.objective import Objective
+    """Every check a single run can make before Hydra makes the run folder: the config (the same
+    `check_config` the build runs first) and the files it names (parent weights, checkpoint)."""
+    from lab.config.checks import check_config
 
-    def plain(group: str) -> dict:
-        return OmegaConf.to_container(cfg[group], resolve=True)
-
-    check_run_config(cfg)
-    data = check_data_config(plain("data"))  # local files: exist and are not empty
-    head = head_config(plain("head"))
-    model, _ = split_compile_option(plain("model"))
-    model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
-    trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
-    objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
-    Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)
-    check_horizons_fit(head.k, data.seq_len, head.offsets)
+    check_config(cfg)
     if cfg.get("init_from"):
         from lab.checkpoint.init_from import parent_files
 

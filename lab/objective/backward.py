@@ -118,7 +118,7 @@ class ChunkedSchedule(SequentialSchedule):
     name = "chunked"
 
     def __init__(self, chunk_rows: int | None = 1024):
-        require(isinstance(chunk_rows, int) and chunk_rows >= 1, "schedule.chunk_rows", f"must be an integer ≥ 1, got {chunk_rows}")
+        check_schedule(self.name, chunk_rows)
         self.chunk_rows = chunk_rows
         # An explicit chunk size: the 'auto' heuristic was measured far slower on CPU.
         self.options = LinearCrossEntropyOptions(batch_chunk_size=chunk_rows, chunking_method=None)
@@ -134,9 +134,17 @@ class ChunkedSchedule(SequentialSchedule):
 BACKWARD_SCHEDULES = {"joint": JointSchedule, "sequential": SequentialSchedule, "chunked": ChunkedSchedule}
 
 
-def build_backward_schedule(name: str, chunk_rows: int | None = None):
+def check_schedule(name: str, chunk_rows: int | None) -> None:
+    """The `schedule` group's one check: a known name, and `chunk_rows` an integer ≥ 1 where it is used."""
     if name not in BACKWARD_SCHEDULES:
         raise ConfigError("schedule.name", f"unknown '{name}'; allowed: {', '.join(BACKWARD_SCHEDULES)}")
+    if name == "chunked":
+        require(isinstance(chunk_rows, int) and not isinstance(chunk_rows, bool) and chunk_rows >= 1,
+                "schedule.chunk_rows", f"must be an integer ≥ 1, got {chunk_rows}")
+
+
+def build_backward_schedule(name: str, chunk_rows: int | None = None):
+    check_schedule(name, chunk_rows)
     return BACKWARD_SCHEDULES[name](chunk_rows=chunk_rows)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from torch import Tensor
 
-from lab.errors import require
+from lab.objective.backward import check_schedule
 
 # Rows of logits alive at the peak, given the per-horizon row counts and chunk size.
 LiveRowsFn = Callable[[list[int], "int | None"], int]
@@ -28,11 +28,6 @@ def _sequential_rows(counts: list[int], chunk_rows: int | None) -> int:
 
 def _chunked_rows(counts: list[int], chunk_rows: int | None) -> int:
     # Sequential, and within a horizon only one chunk of rows is projected at once.
-    require(
-        chunk_rows is not None and chunk_rows >= 1,
-        "schedule.chunk_rows",
-        f"must be ≥ 1 for the chunked schedule, got {chunk_rows!r}",
-    )
     return min(chunk_rows, max(counts, default=0))
 
 
@@ -52,6 +47,6 @@ def logit_bytes(
     chunk_rows: int | None = None,
 ) -> int:
     """Peak bytes of live logits: b · V · (rows alive at once under `schedule`)."""
-    require(schedule in LIVE_ROWS, "schedule.name", f"unknown {schedule!r}; allowed: {', '.join(LIVE_ROWS)}")
+    check_schedule(schedule, chunk_rows)
     rows = [int(c) for c in (counts.tolist() if isinstance(counts, Tensor) else counts)]
     return bytes_per_element * vocab_size * LIVE_ROWS[schedule](rows, chunk_rows)

@@ -7,7 +7,6 @@ the loss it logs, with no further checks.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,7 +16,7 @@ from torch import Tensor
 from lab.objective.distributed import all_reduce_sum, world_size
 from lab.errors import ConfigError, require
 from lab.schema import typed
-from lab.objective.backward import BACKWARD_SCHEDULES, build_backward_schedule
+from lab.objective.backward import build_backward_schedule, check_schedule
 from lab.objective.reductions import POLICIES, effective_weights, validate_reduction
 from lab.objective.targets import TargetConfig, attach_teachers, supervised_mask
 from lab.objective.weights import Progress, WeightSchedule, build_weight_schedule
@@ -32,11 +31,7 @@ class ReductionConfig:
     fixed_denominator: float | None = None  # None: token positions in the (global) batch
 
     def __post_init__(self) -> None:
-        if self.fixed_denominator is not None:
-            value = self.fixed_denominator
-            require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
-                    "reduction.fixed_denominator", f"must be a finite number > 0, got {value}")
-        validate_reduction(self.policy, self.fixed_denominator if self.fixed_denominator is not None else 1)
+        validate_reduction(self.policy, self.fixed_denominator, resolved=False)
         if self.count_scope not in COUNT_SCOPES:
             raise ConfigError("reduction.count_scope", f"unknown '{self.count_scope}'; allowed: {', '.join(COUNT_SCOPES)}")
 
@@ -47,11 +42,7 @@ class ScheduleConfig:
     chunk_rows: int | None = None  # rows per F.linear_cross_entropy chunk (`chunked` only)
 
     def __post_init__(self) -> None:
-        if self.name not in BACKWARD_SCHEDULES:
-            raise ConfigError("schedule.name", f"unknown '{self.name}'; allowed: {', '.join(BACKWARD_SCHEDULES)}")
-        if self.name == "chunked":
-            require(isinstance(self.chunk_rows, int) and not isinstance(self.chunk_rows, bool) and self.chunk_rows >= 1,
-                    "schedule.chunk_rows", f"must be an integer ≥ 1, got {self.chunk_rows}")
+        check_schedule(self.name, self.chunk_rows)
 
 
 @dataclass(frozen=True)

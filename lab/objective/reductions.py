@@ -93,10 +93,12 @@ def _require_known_policy(policy: str) -> None:
     )
 
 
-def _require_fixed_denominator(policy: str, fixed_denominator: float | Tensor | None) -> None:
-    if policy not in NEEDS_FIXED_DENOMINATOR:
+def _require_fixed_denominator(policy: str, fixed_denominator: float | Tensor | None, *, resolved: bool) -> None:
+    """T, where given, is a finite number > 0; once `resolved` (T = token positions filled in), a policy that uses T needs one."""
+    if fixed_denominator is None and not (resolved and policy in NEEDS_FIXED_DENOMINATOR):
         return
-    valid = fixed_denominator is not None and math.isfinite(float(fixed_denominator)) and float(fixed_denominator) > 0
+    number = isinstance(fixed_denominator, (int, float, Tensor)) and not isinstance(fixed_denominator, bool)
+    valid = number and math.isfinite(float(fixed_denominator)) and float(fixed_denominator) > 0
     require(
         valid,
         "reduction.fixed_denominator",
@@ -104,10 +106,13 @@ def _require_fixed_denominator(policy: str, fixed_denominator: float | Tensor | 
     )
 
 
-def validate_reduction(policy: str, fixed_denominator: float | Tensor | None = None) -> None:
-    """Start-up check: the policy exists and, if it uses T, T is a finite number > 0."""
+def validate_reduction(policy: str, fixed_denominator: float | Tensor | None = None, *, resolved: bool = True) -> None:
+    """The `reduction` group's one check: the policy exists and T, if set, is a finite number > 0.
+
+    `resolved=False` (the config, where null means "token positions in the batch, per step")
+    accepts a missing T; at a step (`resolved=True`) a policy that uses T must have one."""
     _require_known_policy(policy)
-    _require_fixed_denominator(policy, fixed_denominator)
+    _require_fixed_denominator(policy, fixed_denominator, resolved=resolved)
 
 
 def _result_dtype(lambdas: Tensor | Sequence[float]) -> torch.dtype:

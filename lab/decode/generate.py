@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lab.decode.acceptance import select
+from lab.decode.ledger import acceptance_conventions
 from lab.decode.proposers import build_proposer
 from lab.decode.sampling import TokenChooser
 from lab.decode.target import CachedModel
@@ -114,6 +115,7 @@ class Decoder:
             total_time_s=elapsed,
             tokens_per_s=len(out) / elapsed if elapsed > 0 else float("nan"),
             tokens_per_forward=len(out) / self.stats["target_forwards"] if self.stats["target_forwards"] else float("nan"),
+            **acceptance_conventions(self.stats["proposed_by_round"], self.stats["accepted_by_round"], len(self.stats["proposed_by_position"])),
         )
         return Generation(out, self.stats)
 

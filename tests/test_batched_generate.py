@@ -67,23 +67,60 @@ class RecordingChooser(TokenChooser):
 def test_sampled_rows_are_drawn_from_the_single_request_law(name, k, extra):
     """Every row's every draw comes from the distribution a single request has after the same prefix (float64, 1e-12)."""
     model = model_for(name, k, extra)
-    chooser = RecordingChooser(0.9, 7, torch.Generator().manual_seed(3))
+    chooser = RecordingChooser(0.9, 7, torch.Generator().manual_seed(3))  # one generator, rows draw in turn
     with torch.no_grad():
-        outputs = decode_rows(model, [torch.tensor(p) for p in PROMPTS], 6, chooser, eos=None)
-    assert len(chooser.seen) == 6
+        outputs = decode_rows(model, [torch.tensor(p) for p in PROMPTS], 6, [chooser] * len(PROMPTS), eos=None)
+    assert len(chooser.seen) == 6 * len(PROMPTS)  # step-major, rows in order
     for b, (prompt, (tokens, _)) in enumerate(zip(PROMPTS, outputs)):
         for step in range(6):
             prefix = prompt + tokens[:step]
             full = model.next_token_logits(make_batch([prefix], [[0] * len(prefix)]))[0, -1]  # [V] no cache, no padding
             expected = distribution(full, 0.9, 7)
-            assert torch.allclose(chooser.seen[step][b], expected, rtol=0, atol=1e-12), (b, step)
+            assert torch.allclose(chooser.seen[step * len(PROMPTS) + b], expected, rtol=0, atol=1e-12), (b, step)
             assert expected[tokens[step]] > 0  # the draw lies in the row's own top-7 support
+
+
+INDEPENDENT = [("parallel", 3, {}), ("causal", 3, {}), ("anticausal", 3, {}), ("linear", 4, {}), ("identity", 3, {})]
+
+
+@pytest.mark.parametrize("name,k,extra", INDEPENDENT, ids=[h[0] for h in INDEPENDENT])
+def test_speculative_batch_equals_single_requests_greedy_and_sampled(name, k, extra):
+    """Greedy: the plain single output. Sampling with one generator per prompt: the single speculative request's
+    tokens and acceptance counts (the same draws in the same order), so each row has a single request's law."""
+    model = model_for(name, k, extra)
+    prompts = [torch.tensor(p) for p in PROMPTS]
+    greedy = generate(model, prompts, 12, speculative=True)
+    assert [g.tokens for g in greedy] == [generate(model, p, 12).tokens for p in prompts]
+    seeds = [11, 12, 13, 14]
+    sampled = generate(model, prompts, 12, temperature=1.0, speculative=True, generator=[torch.Generator().manual_seed(s) for s in seeds])
+    single = [generate(model, p, 12, temperature=1.0, speculative=True, generator=torch.Generator().manual_seed(s)) for p, s in zip(prompts, seeds)]
+    assert [g.tokens for g in sampled] == [g.tokens for g in single]
+    for batched_row, alone in zip(sampled, single):
+        for key in ("accepted_by_round", "proposed_by_round", "target_forwards", "accept_by_position", "mean_accept_len"):
+            assert batched_row.stats[key] == pytest.approx(alone.stats[key], nan_ok=True), key
+    assert sum(sum(g.stats["accepted_by_round"]) for g in sampled) > 0  # drafts were accepted: the kept slots matter
+    plain = generate(model, prompts, 8, temperature=1.0, generator=[torch.Generator().manual_seed(s) for s in seeds])
+    assert [g.tokens for g in plain] == [generate(model, p, 8, temperature=1.0, generator=torch.Generator().manual_seed(s)).tokens
+                                         for p, s in zip(prompts, seeds)]
+
+
+def test_speculative_batch_stops_rows_at_eos():
+    model = model_for("parallel", 3, {})
+    prompts = [torch.tensor(p) for p in PROMPTS]
+    free = [generate(model, p, 12).tokens for p in prompts]
+    row, stop = next((r, i) for r, out in enumerate(free) for i in range(2, 12) if out[i] not in out[:i])
+    batched = generate(model, prompts, 12, speculative=True, eos=free[row][stop])
+    assert [g.tokens for g in batched] == [generate(model, p, 12, eos=free[row][stop]).tokens for p in prompts]
+    assert len(batched[row].tokens) == stop + 1
 
 
 def test_bad_batches_are_refused_with_one_line():
     model = model_for("parallel", 3, {})
-    with pytest.raises(ConfigError, match="speculative"):
-        generate(model, [torch.tensor([1, 2]), torch.tensor([3])], 4, speculative=True)
+    for name, k, extra in (("deepseek", 3, {"depth": 2}), ("ntp", 1, {})):
+        with pytest.raises(ConfigError, match="speculative"):
+            generate(model_for(name, k, extra), [torch.tensor([1, 2]), torch.tensor([3])], 4, speculative=True)
+    with pytest.raises(ConfigError, match="generator"):
+        generate(model, [torch.tensor([1, 2]), torch.tensor([3])], 4, temperature=1.0, generator=[torch.Generator()])
     with pytest.raises(ConfigError, match=r"prompt.*\[0, "):
         generate(model, [torch.tensor([1, 2]), torch.tensor([3, 10_000])], 4)
     with pytest.raises(ConfigError, match="prompt"):

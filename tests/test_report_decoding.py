@@ -193,3 +193,17 @@ def test_wide_tables_and_long_lines_stay_inside_the_page_at_1400_and_900_px(tmp_
     for width in (1400, 900):
         scroll, viewport = page_width(report.html, width)
         assert scroll <= viewport, (width, scroll, viewport)  # the tables scroll inside their box, the text wraps
+
+
+def test_tables_and_findings_label_teacher_forced_numbers(drawn):
+    sweep, _, _ = drawn
+    md = (sweep / "report.md").read_text()
+    table = md.split("## Variants (mean ± sd over seeds)")[1].split("\n## ")[0]
+    header = next(line for line in table.splitlines() if line.startswith("| variant"))
+    columns = [c.strip() for c in header.split("|")]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")] for line in table.splitlines() if line.startswith("| head=")}
+    acc = {k: columns.index(f"val/acc/h{k}") for k in (1, 4)}
+    assert rows["head=deepseek"][acc[4]] == "0.900 TF" and rows["head=deepseek"][acc[1]] == "0.900"  # h1 is the next token: blind
+    assert rows["head=linear"][acc[4]] == "0.125" and "TF = teacher-forced" in table
+    farthest = next(line for line in md.splitlines() if "Top-1 accuracy at the farthest horizon" in line)
+    assert "head=deepseek: h4 0.900 TF" in farthest and "head=linear: h4 0.125;" in farthest

@@ -7,7 +7,7 @@ import html
 import re
 from pathlib import Path
 
-from lab.report.sweep_figures import ReportFigure, loss_speedup_points, order_key
+from lab.report.sweep_figures import TEACHER_FORCED_HEADS, ReportFigure, loss_speedup_points, order_key
 from lab.report.records import Sweep
 from lab.report.significance import significance_finding
 from lab.report.spikes import SPIKE_MIN_NATS, SPIKE_SIGMAS, record_spikes
@@ -77,7 +77,8 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
         parts = [f"{v.label}: h1 {v.stat('val/loss/h1')[0]:.3f} → h{v.max_k} {v.stat(f'val/loss/h{v.max_k}')[0]:.3f}" for v in multi]
         out.append(f"Per-horizon validation loss rises with the horizon in {len(rising)} of {len(multi)} multi-token variants ("
                    + "; ".join(parts) + ").")
-        accs = [f"{v.label}: h{v.max_k} {v.stat(f'val/acc/h{v.max_k}')[0]:.3f}" for v in multi if v.stat(f"val/acc/h{v.max_k}")[0] is not None]
+        accs = [f"{v.label}: h{v.max_k} {v.stat(f'val/acc/h{v.max_k}')[0]:.3f}{forced_mark(v, v.max_k)}"
+                for v in multi if v.stat(f"val/acc/h{v.max_k}")[0] is not None]
         if accs:
             out.append("Top-1 accuracy at the farthest horizon: " + "; ".join(accs) + ".")
     out += answer_findings(variants)
@@ -198,10 +199,20 @@ def variant_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
         times = mean_spread([r["run_time_s"] for r in v.ok if r["run_time_s"] is not None])[0]
         rows.append([
             v.label, fmt(v.head), fmt(v.k), f"{len(v.ok)} / {len(v.records)}", v.cell("val/loss"), v.cell("val/bpb"),
-            *[v.cell(f"val/loss/h{k}") for k in range(1, max_k + 1)], *[v.cell(f"val/acc/h{k}", 3) for k in range(1, max_k + 1)],
-            v.cell("val/est_tokens_per_forward", 2), fmt(times, 1),
+            *[v.cell(f"val/loss/h{k}") + forced_mark(v, k) for k in range(1, max_k + 1)],
+            *[v.cell(f"val/acc/h{k}", 3) + forced_mark(v, k) for k in range(1, max_k + 1)],
+            v.cell("val/est_tokens_per_forward", 2) + forced_mark(v, 2), fmt(times, 1),
         ])
     return header, rows
+
+
+FORCED_NOTE = ("TF = teacher-forced: a DeepSeek depth's horizon-k numbers see the true tokens up to t+k−1, an easier "
+               "question than an independent head's blind prediction of t+k (DESIGN.md §7); compare them only with each other.")
+
+
+def forced_mark(variant: Variant, k: int) -> str:
+    """' TF' after a teacher-forced horizon-k number (a DeepSeek depth, k ≥ 2), else nothing."""
+    return " TF" if variant.head in TEACHER_FORCED_HEADS and k >= 2 and variant.max_k >= k else ""
 
 
 def decoding_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
@@ -305,6 +316,8 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure],
     lines = [f"# Sweep report: {sweep.name}", "", *summary_lines(sweep, variants), "", "## Findings", ""]
     lines += [f"- {line}" for line in findings(sweep, variants)] or ["- no completed runs"]
     lines += ["", "## Variants (mean ± sd over seeds)", "", *md_table(*variant_table(variants))]
+    if any(v.head in TEACHER_FORCED_HEADS for v in variants):
+        lines += ["", FORCED_NOTE]
     lines += ["", "## Cost per variant (mean over seeds)", "", *md_table(*cost_table(variants))]
     for title, note, table in optional_sections(variants):
         lines += ["", f"## {title}", "", note, "", *md_table(*table)]
@@ -357,6 +370,8 @@ def html_page(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure]
     parts += ["</ul>", "<h2>Findings</h2>", "<ul>"]
     parts += [f"<li>{inline_md(line)}</li>" for line in findings(sweep, variants)] or ["<li>no completed runs</li>"]
     parts += ["</ul>", "<h2>Variants (mean ± sd over seeds)</h2>", html_table(*variant_table(variants))]
+    if any(v.head in TEACHER_FORCED_HEADS for v in variants):
+        parts.append(f"<p>{inline_md(FORCED_NOTE)}</p>")
     parts += ["<h2>Cost per variant (mean over seeds)</h2>", html_table(*cost_table(variants))]
     for title, note, table in optional_sections(variants):
         parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{inline_md(note)}</p>", html_table(*table)]

@@ -492,7 +492,8 @@ def logit_memory_by_schedule(variants: list[Variant], path: Path) -> Path | None
 REPORT_FIGURES = (
     ("val_loss_by_architecture.png", val_loss_by_architecture, "Validation next-token loss by architecture and K"),
     ("horizon_loss_curves.png", horizon_loss_curves, "Per-horizon loss curves"),
-    ("horizon_accuracy.png", horizon_accuracy, "Per-horizon accuracy vs horizon (Medusa-style) and chain acceptance"),
+    ("horizon_accuracy.png", horizon_accuracy, "Per-horizon accuracy vs horizon (Medusa-style) and chain acceptance; "
+     "teacher-forced DeepSeek depths on their own axes"),
     ("draft_agreement.png", draft_agreement, "Draft agreement by horizon per architecture (estimates greedy self-speculative acceptance)"),
     ("live_decoding.png", live_decoding, "Live decoding (T=1 headline): acceptance by draft position, unconditional and conditional, "
      "and tokens per target forward (T=1, greedy, validation estimate; distinct-4 and degenerate share under each variant)"),

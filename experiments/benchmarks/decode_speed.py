@@ -17,7 +17,7 @@ the per-prompt paired speedups. Continuations with < 20 % distinct 4-grams are d
     python -m experiments.benchmarks.decode_speed                      # part 1, ~1 min
     python -m experiments.benchmarks.decode_speed --skip-cache-part --runs outputs/a outputs/b --prompts 16 --new-tokens 128
     python -m experiments.benchmarks.decode_speed --quick              # seconds-long smoke run
-    python -m experiments.benchmarks.decode_speed --skip-cache-part --batch 1,4,16 --runs outputs/a   # batched throughput
+    python -m experiments.benchmarks.decode_speed --skip-cache-part --skip-spec-part --batch 1,4,16 --runs outputs/a   # batched throughput
 
 Part 3 (--batch 1,4,16): plain vs speculative *throughput* of batched requests by batch size
 (experiments/benchmarks/decode_batch.py), T=1 and greedy, for each run (or a random-weight model).
@@ -165,6 +165,7 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--spec-repeats", type=int, default=3, help="timed runs per prompt and mode (speculative part)")
     parser.add_argument("--skip-cache-part", action="store_true")
+    parser.add_argument("--skip-spec-part", action="store_true", help="with --runs: skip the batch-1 speculative part (e.g. only --batch)")
     parser.add_argument("--batch", type=lambda text: [int(b) for b in text.split(",")], default=None,
                         help="batch sizes, e.g. 1,4,16: plain vs speculative throughput of batched requests (runs, or a random parallel K=4 model)")
     args = parser.parse_args()
@@ -172,7 +173,7 @@ def main() -> None:
     new_tokens, repeats = (16, 2) if args.quick else (args.new_tokens, args.repeats)
     if not args.skip_cache_part:
         cached_vs_uncached(new_tokens, repeats)
-    if args.runs:
+    if args.runs and not args.skip_spec_part:
         speculative_report(args.runs, args.prompts, args.prompt_tokens, args.new_tokens, 1 if args.quick else args.spec_repeats)
     if args.batch:
         batch_report(batch_models(args.runs, args.prompts, args.prompt_tokens), args.batch, new_tokens, 1 if args.quick else args.spec_repeats)

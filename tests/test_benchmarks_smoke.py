@@ -24,7 +24,8 @@ EXPECTED = {
                    "goal loader tokens/s >= 20 x training tokens/s"],
     "cli_startup": ["paired help / import pytorch_lightning", "goal: lab-train --help median <= 1.5 s"],
     "diagnostics_overhead": ["amortised overhead (direct)", "c = with/without - 1", "goal <= 3%"],
-    "decode_speed": ["cached / uncached speed (paired)", "same tokens: True"],
+    "decode_speed": ["cached / uncached speed (paired)", "same tokens: True", "batched requests: plain vs speculative throughput by batch size",
+                     "spec/plain throughput (paired)"],
     "gpu_throughput": ["tokens/s", "MFU", "paired vs ntp", "goal: parallel K=4 FLOP throughput >= 0.9 x ntp (eager)"],
 }
 # Goal lines (a text each contains) whose verdict does not depend on timing: they must say PASS.
@@ -34,7 +35,7 @@ STRUCTURAL = {
 }
 # Extra arguments of a --quick run: gpu_throughput's compiled variants take minutes to compile on CPU
 # (model.compile itself is tested in tests/test_compile.py); a peak so that MFU is printed on CPU.
-EXTRA_ARGS = {"gpu_throughput": ["--no-compile", "--peak", "1e11"]}
+EXTRA_ARGS = {"gpu_throughput": ["--no-compile", "--peak", "1e11"], "decode_speed": ["--batch", "1,2", "--prompts", "2", "--prompt-tokens", "8"]}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -25,22 +25,54 @@ def test_distinct_4gram_ratio():
 
 
 @pytest.mark.parametrize("name,k,extra", [("deepseek", 2, {"depth": 1}), ("parallel", 3, {}), ("ntp", 1, {})])
-def test_evaluate_reports_the_runs_ledger(name, k, extra):
+def test_greedy_part_reports_the_runs_ledger(name, k, extra):
     model = build_model(name, k, layers=3, **extra).double().eval()
     prompts = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12]]
     report = DecodingEval(new_tokens=16).evaluate(model, prompts)
     metrics = report["metrics"]
     plain = [generate(model, torch.tensor(p), 16).tokens for p in prompts]
-    assert [e["plain_tokens"] for e in report["prompts"]] == plain
+    assert [e["plain_tokens"] for e in report["greedy"]["prompts"]] == plain
     if name == "ntp":
-        assert metrics["decode/tokens_per_forward"] == 1.0 and "decode/speedup" not in metrics
+        assert metrics["decode/greedy/mean_accept_len"] == 1.0 and "decode/greedy/speedup" not in metrics and "decode/speedup" not in metrics
         return
     spec = [generate(model, torch.tensor(p), 16, speculative=True).stats for p in prompts]
     forwards = sum(s["target_forwards"] for s in spec)
-    assert metrics["decode/tokens_per_forward"] == pytest.approx(3 * 16 / forwards)
-    assert metrics["decode/greedy_match"] == 1.0  # float64: exact
-    proposed = [sum(s["proposed_by_position"][j] for s in spec) for j in range(k - 1)]
-    accepted = [sum(s["accepted_by_position"][j] for s in spec) for j in range(k - 1)]
-    for j in range(1, k):
-        assert metrics[f"decode/accept/p{j}"] == pytest.approx(accepted[j - 1] / proposed[j - 1])
-    assert metrics["decode/speedup"] > 0 and metrics["decode/predicted_speedup"] > 0
+    assert report["greedy"]["speculative"]["tokens_per_forward"] == pytest.approx(3 * 16 / forwards)
+    assert metrics["decode/greedy/greedy_match"] == 1.0  # float64: exact
+    clean = [s for s, e in zip(spec, report["greedy"]["prompts"]) if not e["degenerate"]]
+    if clean:
+        assert metrics["decode/greedy/tokens_per_forward"] == pytest.approx(sum(s["emitted"] for s in clean) / sum(s["target_forwards"] for s in clean))
+        for j in range(1, k):
+            accepted, proposed = (sum(s[key][j - 1] for s in clean) for key in ("accepted_by_position", "proposed_by_position"))
+            assert metrics[f"decode/greedy/accept/p{j}"] == pytest.approx(accepted / proposed)
+
+
+def test_the_headline_is_sampling_over_non_degenerate_prompts_only():
+    """A prompt whose continuation repeats is flagged and left out of the T=1 headline, not of the distinct-4 mean."""
+    model = build_model("parallel", 3, layers=3).double().eval()
+    prompts = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12]]
+    seed, new = 7, 24
+    report = DecodingEval(new_tokens=new, temperature=1.0, seed=seed).evaluate(model, prompts)
+    assert report["settings"]["temperature"] == 1.0 and report["greedy"]["settings"]["temperature"] == 0.0
+    spec = [generate(model, torch.tensor(p), new, temperature=1.0, speculative=True, generator=torch.Generator().manual_seed(seed + i))
+            for i, p in enumerate(prompts)]
+    assert [e["speculative_tokens"] for e in report["prompts"]] == [g.tokens for g in spec]  # the same draws
+    flags = [distinct_ngram_ratio(g.tokens) < 0.2 for g in spec]
+    assert [e["degenerate"] for e in report["prompts"]] == flags
+    metrics = report["metrics"]
+    assert metrics["decode/degenerate"] == pytest.approx(sum(flags) / 3) and metrics["decode/prompts_clean"] == 3 - sum(flags)
+    assert metrics["decode/distinct4"] == pytest.approx(sum(distinct_ngram_ratio(g.tokens) for g in spec) / 3)
+    clean = [g.stats for g, bad in zip(spec, flags) if not bad]
+    assert metrics["decode/tokens_per_forward"] == pytest.approx(sum(s["emitted"] for s in clean) / sum(s["target_forwards"] for s in clean))
+
+
+def test_a_degenerate_prompt_is_excluded_from_the_headline():
+    """Force degeneracy: a model whose every logit row is the same constant continues with one token forever."""
+    model = build_model("parallel", 3, layers=2).double().eval()
+    with torch.no_grad():
+        model.trunk.embed.weight.zero_()  # every position holds the same (zero) residual stream
+    report = DecodingEval(new_tokens=24, temperature=0.0, greedy=False).evaluate(model, [[1, 2, 3], [4, 5, 6]])
+    assert all(e["degenerate"] for e in report["prompts"])
+    metrics = report["metrics"]
+    assert metrics["decode/degenerate"] == 1.0 and metrics["decode/prompts_clean"] == 0
+    assert "decode/tokens_per_forward" not in metrics and "decode/accept/p1" not in metrics and "greedy" not in report

@@ -109,7 +109,7 @@ def test_first_token_law_is_softmax_of_logits_over_temperature(temperature, top_
     "kwargs,field",
     [
         ({"prompt": torch.tensor([], dtype=torch.long)}, "prompt"),
-        ({"prompt": torch.tensor([[1, 2]])}, "prompt"),
+        ({"prompt": torch.tensor([[[1, 2]]])}, "prompt"),  # [B, P] is a batch (lab.decode.batched); 3-D is nothing
         ({"prompt": torch.tensor([1, 99])}, "prompt"),
         ({"temperature": -0.5}, "temperature"),
         ({"top_k": 0}, "top_k"),

@@ -134,10 +134,13 @@ def test_a_real_run_logs_draft_agreement(run_dir):
 def test_a_real_run_writes_its_decoding_evaluation(run_dir):
     report = json.loads((run_dir / "decoding.json").read_text())
     final = read_run(run_dir)["final_metrics"]
-    assert report["settings"] == {"prompts": 4, "new_tokens": 64, "temperature": 0.0}
-    assert final["decode/tokens_per_forward"] == pytest.approx(report["speculative"]["tokens_per_forward"], rel=1e-6)
+    assert report["settings"] == {"prompts": 4, "new_tokens": 64, "temperature": 1.0}  # the headline: T=1 sampling
+    assert report["greedy"]["settings"]["temperature"] == 0.0
+    assert final["decode/tokens_per_forward"] == pytest.approx(report["headline"]["tokens_per_forward"], rel=1e-6)
+    clean = [p for p in report["prompts"] if not p["degenerate"]]
+    assert final["decode/prompts_clean"] == len(clean) > 0
     emitted = sum(len(p["speculative_tokens"]) for p in report["prompts"])
     assert report["speculative"]["tokens_per_forward"] == pytest.approx(emitted / report["speculative"]["target_forwards"])
-    assert {"decode/accept/p1", "decode/accept/p2", "decode/speedup", "decode/greedy_match"} <= set(final)
+    assert {"decode/accept/p1", "decode/accept_cond/p2", "decode/mean_accept_len", "decode/speedup", "decode/greedy/greedy_match"} <= set(final)
     header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "decode/tokens_per_forward" in header

@@ -113,7 +113,8 @@ def test_report_files_rows_and_failure(fake_sweep):
     assert ok["overrides"] == "head=parallel seed=0 trainer.max_steps=20" and float(ok["run_time_s"]) > 0
     names = {p.name for p in report.figures}
     assert names == {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "grad_cosine.png",
-                     "effective_weights.png", "logit_memory.png", "draft_agreement.png", "live_decoding.png"}
+                     "effective_weights.png", "logit_memory.png", "draft_agreement.png", "live_decoding.png",
+                     "loss_vs_speedup.png"}
     md = (fake_sweep / "report.md").read_text()
     assert "non-finite loss at step 7" in md and "**failed**" in md
     # The validation estimate of tokens per forward is a variant-table column (mean over seeds 0..2).
@@ -122,14 +123,14 @@ def test_report_files_rows_and_failure(fake_sweep):
     parallel_row = next(line for line in md.splitlines() if line.startswith("| head=parallel"))
     assert parallel_row.split("|")[column].strip().startswith(f"{1.25 + 3.11 / 100:.2f}")
     # The decoding section: live tokens/forward and acceptance by draft position next to the estimate.
-    section = md.split("## Decoding (live, end of training)")[1].split("## Jobs")[0]
+    section = md.split("## Decoding (live, end of training)")[1].split("## Next-token loss vs decoding speedup")[0]
     header = next(line for line in section.splitlines() if line.startswith("| variant"))
     cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in next(
         line for line in section.splitlines() if line.startswith("| head=parallel")).split("|")]))
-    assert cells["accept p3"].startswith(f"{0.8 / 3:.2f}") and cells["tokens/forward (live)"].startswith(f"{1.5 + 3.11 / 100:.2f}")
+    assert cells["P(prefix≥3) T=1"].startswith(f"{0.8 / 3:.2f}") and cells["tokens/forward T=1"].startswith(f"{1.5 + 3.11 / 100:.2f}")
     assert "head=ntp" not in section
     page = (fake_sweep / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 8 and "Decoding (live, end of training)" in page and "<link" not in page and "src=\"http" not in page
+    assert page.count("data:image/png;base64,") == 9 and "Decoding (live, end of training)" in page and "<link" not in page and "src=\"http" not in page
 
 
 def test_seeds_aggregate_as_mean_and_spread(fake_sweep):

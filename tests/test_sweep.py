@@ -25,7 +25,7 @@ from tests.cli import TINY, lab_train, read_run, SUBPROCESS_TIMEOUT
 FIGURES = {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "effective_weights.png", "logit_memory.png"}
 EXPERIMENTS = (
     "quick_ablation", "head_ablation", "reduction_ablation", "weight_ablation", "deepseek_depth", "memory", "scale",
-    "star_graph", "induction", "speedrun_mtp", "draft_training",
+    "star_graph", "induction", "speedrun_mtp", "draft_training", "decode_ablation",
 )
 # Command-line values an experiment requires (`???` in its YAML).
 REQUIRED = {"draft_training": ["parent=/tmp/unused-parent"]}

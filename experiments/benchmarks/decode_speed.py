@@ -17,6 +17,10 @@ the per-prompt paired speedups. Continuations with < 20 % distinct 4-grams are d
     python -m experiments.benchmarks.decode_speed                      # part 1, ~1 min
     python -m experiments.benchmarks.decode_speed --skip-cache-part --runs outputs/a outputs/b --prompts 16 --new-tokens 128
     python -m experiments.benchmarks.decode_speed --quick              # seconds-long smoke run
+    python -m experiments.benchmarks.decode_speed --skip-cache-part --skip-spec-part --batch 1,4,16 --runs outputs/a   # batched throughput
+
+Part 3 (--batch 1,4,16): plain vs speculative *throughput* of batched requests by batch size
+(experiments/benchmarks/decode_batch.py), T=1 and greedy, for each run (or a random-weight model).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from experiments.benchmarks.decode_batch import batch_report
 from lab.decode.evaluation import DEGENERATE_BELOW, distinct_ngram_ratio, document_prompts
 from lab.decode import generate
 from lab.decode.ledger import decode_rate, ledger, merge
@@ -160,13 +165,33 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--spec-repeats", type=int, default=3, help="timed runs per prompt and mode (speculative part)")
     parser.add_argument("--skip-cache-part", action="store_true")
+    parser.add_argument("--skip-spec-part", action="store_true", help="with --runs: skip the batch-1 speculative part (e.g. only --batch)")
+    parser.add_argument("--batch", type=lambda text: [int(b) for b in text.split(",")], default=None,
+                        help="batch sizes, e.g. 1,4,16: plain vs speculative throughput of batched requests (runs, or a random parallel K=4 model)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     new_tokens, repeats = (16, 2) if args.quick else (args.new_tokens, args.repeats)
     if not args.skip_cache_part:
         cached_vs_uncached(new_tokens, repeats)
-    if args.runs:
+    if args.runs and not args.skip_spec_part:
         speculative_report(args.runs, args.prompts, args.prompt_tokens, args.new_tokens, 1 if args.quick else args.spec_repeats)
+    if args.batch:
+        batch_report(batch_models(args.runs, args.prompts, args.prompt_tokens), args.batch, new_tokens, 1 if args.quick else args.spec_repeats)
+
+
+def batch_models(run_dirs: list[Path], n_prompts: int, prompt_tokens: int) -> list:
+    """(name, model, held-out prompts, eos) per run; without runs a random-weight parallel K=4 model and random prompts."""
+    if not run_dirs:
+        torch.manual_seed(0)
+        model = MTPModel(ModelConfig(vocab_size=259), HeadConfig(name="parallel", k=4, compute_match="next_token_path")).eval()
+        prompts = torch.randint(0, 256, (n_prompts, prompt_tokens), generator=torch.Generator().manual_seed(0)).tolist()
+        return [("random-weight parallel K=4 (acceptance meaningless: mechanics only)", model, prompts, None)]
+    out = []
+    for run_dir in run_dirs:
+        loaded = load_for_generation(run_dir)
+        out.append((f"{run_dir.name} ({loaded.model.head_cfg.name} K={loaded.model.k})", loaded.model,
+                    held_out_prompts(run_dir, n_prompts, prompt_tokens), loaded.tokenizer.eos_id))
+    return out
 
 
 if __name__ == "__main__":

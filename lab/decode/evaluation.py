@@ -39,36 +39,67 @@ def document_prompts(batches, count: int, length: int) -> list[list[int]]:
     return prompts
 
 
-def evaluate_decoding(model, prompts: list[list[int]], new_tokens: int, temperature: float = 0.0, seed: int = 0) -> dict:
-    """Plain and speculative (when the head drafts) decoding of each prompt; metrics, ledgers, per-prompt outputs."""
+def evaluate_decoding(model, prompts: list[list[int]], new_tokens: int, temperature: float = 1.0, greedy: bool = True, seed: int = 0) -> dict:
+    """Plain and speculative decoding of each prompt at `temperature` (the headline, `decode/*`) and, with
+    `greedy` and T > 0, greedy as well (`decode/greedy/*`); metrics, ledgers, per-prompt outputs.
+
+    Headline acceptance and speed come from the prompts whose continuation is not degenerate
+    (DESIGN.md §10); `decode/degenerate` is the fraction left out, `decode/distinct4` the mean
+    distinct-4-gram ratio over all prompts.
+    """
+    result = decode_prompts(model, prompts, new_tokens, temperature, seed)
+    metrics = result.pop("metrics")
+    if greedy and temperature > 0:
+        result["greedy"] = decode_prompts(model, prompts, new_tokens, 0.0, seed)
+        metrics.update({name.replace("decode/", "decode/greedy/", 1): value for name, value in result["greedy"].pop("metrics").items()})
+    result["metrics"] = {name: float(value) for name, value in metrics.items()}
+    return result
+
+
+def decode_prompts(model, prompts: list[list[int]], new_tokens: int, temperature: float, seed: int) -> dict:
+    """One temperature: per prompt plain then speculative (same seed); `decode/*` metrics over the clean prompts."""
     speculative = model.head.can_draft  # drafting heads at offsets 2..K
-    plain_runs, spec_runs, per_prompt = [], [], []
+    per_prompt, plain_runs, spec_runs = [], [], []
     for i, prompt in enumerate(prompts):
         ids = torch.tensor(prompt)
         plain = generate(model, ids, new_tokens, temperature=temperature, generator=torch.Generator().manual_seed(seed + i))
-        plain_runs.append(plain.stats)
-        entry = {"prompt": prompt, "plain_tokens": plain.tokens, "distinct4": distinct_ngram_ratio(plain.tokens)}
-        entry["degenerate"] = not entry["distinct4"] >= DEGENERATE_BELOW
+        entry = {"prompt": prompt, "plain_tokens": plain.tokens, "plain_distinct4": distinct_ngram_ratio(plain.tokens)}
+        measured = plain  # the continuation whose acceptance the headline reports
         if speculative:
-            spec = generate(model, ids, new_tokens, temperature=temperature, speculative=True, generator=torch.Generator().manual_seed(seed + i))
-            spec_runs.append(spec.stats)
+            measured = spec = generate(model, ids, new_tokens, temperature=temperature, speculative=True,
+                                       generator=torch.Generator().manual_seed(seed + i))
             entry.update(speculative_tokens=spec.tokens, match=spec.tokens == plain.tokens)
+        entry["distinct4"] = distinct_ngram_ratio(measured.tokens)
+        entry["degenerate"] = not entry["distinct4"] >= DEGENERATE_BELOW
         per_prompt.append(entry)
-    plain_total = merge(plain_runs)
-    metrics = {"decode/tokens_per_forward": 1.0, "decode/distinct4": sum(e["distinct4"] for e in per_prompt) / len(per_prompt)}
+        plain_runs.append(plain.stats), spec_runs.append(measured.stats)
+    clean = [i for i, e in enumerate(per_prompt) if not e["degenerate"]]
+    metrics = {"decode/distinct4": sum(e["distinct4"] for e in per_prompt) / len(per_prompt),
+               "decode/degenerate": 1 - len(clean) / len(per_prompt), "decode/prompts_clean": len(clean)}
     result = {"settings": {"prompts": len(prompts), "new_tokens": new_tokens, "temperature": temperature},
-              "plain": ledger(plain_total), "prompts": per_prompt}
+              "plain": ledger(merge(plain_runs)), "prompts": per_prompt}
     if speculative:
-        summary = ledger(merge(spec_runs), plain_total)
-        result["speculative"] = summary
-        metrics["decode/tokens_per_forward"] = summary["tokens_per_forward"]
+        result["speculative"] = ledger(merge(spec_runs), merge(plain_runs))  # every prompt, degenerate ones included
+        if temperature == 0:
+            metrics["decode/greedy_match"] = sum(e["match"] for e in per_prompt) / len(per_prompt)
+    if clean:
+        plain_clean = merge([plain_runs[i] for i in clean])
+        headline = ledger(merge([spec_runs[i] for i in clean]), plain_clean if speculative else None)
+        result["headline"] = headline
+        metrics.update(headline_metrics(headline, speculative))
+    return result | {"metrics": metrics}
+
+
+def headline_metrics(summary: dict, speculative: bool) -> dict:
+    """`decode/*` of one ledger: tokens per forward, speedups, acceptance in both conventions and both mean lengths."""
+    metrics = {"decode/tokens_per_forward": summary["tokens_per_forward"] if speculative else 1.0,
+               "decode/mean_accept_len": summary["mean_accept_len"], "decode/mean_accepted": summary["mean_accepted"]}
+    if speculative:
         metrics["decode/speedup"] = summary["measured_speedup"]
         metrics["decode/predicted_speedup"] = summary["predicted_speedup"]
-        metrics["decode/greedy_match"] = sum(e["match"] for e in per_prompt) / len(per_prompt)
-        for j, rate in enumerate(summary["accept_by_position"], start=1):
-            metrics[f"decode/accept/p{j}"] = rate
-    result["metrics"] = {name: float(value) for name, value in metrics.items()}
-    return result
+        for j, (rate, conditional) in enumerate(zip(summary["accept_by_position"], summary["accept_cond_by_position"]), start=1):
+            metrics[f"decode/accept/p{j}"], metrics[f"decode/accept_cond/p{j}"] = rate, conditional
+    return metrics
 
 
 def answer_accuracy(model, examples: list[tuple[list[int], list[int]]]) -> dict[str, float]:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 from lab.decode.acceptance import select
+from lab.decode.batched import generate_batch, is_batch
+from lab.decode.ledger import acceptance_conventions
 from lab.decode.proposers import build_proposer
 from lab.decode.sampling import TokenChooser
 from lab.decode.target import CachedModel
@@ -53,8 +55,15 @@ def generate(
     draft_steps: int | None = None,
     eos: int | None = None,
     generator: torch.Generator | None = None,
-) -> Generation:
-    """Continue `prompt` ([P] token ids) by up to `max_new_tokens` tokens (DESIGN.md §10)."""
+) -> Generation | list[Generation]:
+    """Continue `prompt` ([P] token ids) by up to `max_new_tokens` tokens (DESIGN.md §10).
+
+    A batch (a [B, P] tensor or a list of 1-D prompts of any lengths) returns one Generation per
+    prompt (lab.decode.batched; plain decoding only).
+    """
+    if is_batch(prompt):
+        return generate_batch(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, speculative=speculative,
+                              draft_steps=draft_steps, eos=eos, generator=generator)
     check_request(model, prompt, max_new_tokens, temperature, top_k, draft_steps)
     model.eval()
     with torch.no_grad():
@@ -114,6 +123,7 @@ class Decoder:
             total_time_s=elapsed,
             tokens_per_s=len(out) / elapsed if elapsed > 0 else float("nan"),
             tokens_per_forward=len(out) / self.stats["target_forwards"] if self.stats["target_forwards"] else float("nan"),
+            **acceptance_conventions(self.stats["proposed_by_round"], self.stats["accepted_by_round"], len(self.stats["proposed_by_position"])),
         )
         return Generation(out, self.stats)
 

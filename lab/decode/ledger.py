@@ -9,6 +9,19 @@ mean R = 1 + mean accepted per round; for one proposal (DeepSeek D = 1) that is
 
 with C_main the mean time of one plain cached step of the same model (one target pass
 over one token), C_draft and C_verify this run's mean draft and verification time per round.
+
+Acceptance conventions (the field uses both; `acceptance_conventions` gives each by name).
+A round proposes m drafts and accepts a prefix of a ≤ m of them; position j is *offered*
+in a round when m ≥ j.
+
+    accept_by_position[j]       P(a ≥ j | j offered): unconditional, vLLM's per-position rate
+    accept_cond_by_position[j]  P(a ≥ j | j offered, a ≥ j−1): conditional, vLLM speculators'
+    mean_accepted               mean a per verification round (the bonus/correction excluded)
+    mean_accept_len             1 + mean_accepted: tokens a verification yields, the bonus or
+                                correction included (vLLM's and Spec-Bench's τ; 1.00 plain)
+
+Both means count the token each verification yields even where EOS or the output budget
+cut the round's output short (that is `mean_R`'s business, which leaves such rounds out).
 """
 
 from __future__ import annotations
@@ -25,16 +38,31 @@ def decode_rate(stats: dict) -> float:
     return (stats["emitted"] - 1) / seconds if seconds > 0 and stats["emitted"] > 1 else float("nan")
 
 
+def acceptance_conventions(proposed_by_round: list[int], accepted_by_round: list[int], positions: int | None = None) -> dict:
+    """Per-position acceptance both ways (positions 1..`positions`, default the most offered) and both mean lengths."""
+    positions = max(proposed_by_round, default=0) if positions is None else positions
+    offered = [[a for m, a in zip(proposed_by_round, accepted_by_round) if m >= j] for j in range(1, positions + 1)]
+    rate = lambda hits, total: hits / total if total else float("nan")  # noqa: E731
+    unconditional = [rate(sum(a >= j for a in rounds), len(rounds)) for j, rounds in enumerate(offered, start=1)]
+    conditional = [rate(sum(a >= j for a in rounds), sum(a >= j - 1 for a in rounds)) for j, rounds in enumerate(offered, start=1)]
+    mean_accepted = _mean(accepted_by_round) if accepted_by_round else 0.0
+    return {
+        "accept_by_position": unconditional,
+        "accept_cond_by_position": conditional,
+        "mean_accepted": mean_accepted,
+        "mean_accept_len": 1.0 + mean_accepted,
+    }
+
+
 def ledger(stats: dict, plain: dict | None = None) -> dict:
     """Aggregates of one run's stats (or of `merge`d stats); with `plain` stats, the speedups."""
     nonterminal = [i for i, stopped in enumerate(stats["stopped_by_round"]) if not stopped]
-    proposed, accepted = stats["proposed_by_position"], stats["accepted_by_position"]
     rounds = max(stats["rounds"], 1)
     out = {
         "rounds": stats["rounds"],
         "target_forwards": stats["target_forwards"],
         "tokens_per_forward": stats["emitted"] / stats["target_forwards"] if stats["target_forwards"] else float("nan"),
-        "accept_by_position": [a / p if p else float("nan") for a, p in zip(accepted, proposed)],
+        **acceptance_conventions(stats["proposed_by_round"], stats["accepted_by_round"], len(stats["proposed_by_position"])),
         "mean_R": _mean(stats["emitted_by_round"][i] for i in nonterminal),
         "one_plus_mean_accepted": 1 + _mean(stats["accepted_by_round"][i] for i in nonterminal),
         "draft_s_per_round": stats["draft_time_s"] / rounds,
@@ -49,12 +77,16 @@ def ledger(stats: dict, plain: dict | None = None) -> dict:
     return out
 
 
+# Per-request ratios: not summed; `merge` recomputes the acceptance conventions from the rounds.
+RATES = ("tokens_per_s", "tokens_per_forward", "accept_by_position", "accept_cond_by_position", "mean_accepted", "mean_accept_len")
+
+
 def merge(runs: list[dict]) -> dict:
     """Sum the counters and times of several requests' stats (per-request lists are concatenated)."""
     merged = {key: value for key, value in runs[0].items()}
     for stats in runs[1:]:
         for key, value in stats.items():
-            if isinstance(value, bool) or key in ("tokens_per_s", "tokens_per_forward"):
+            if isinstance(value, bool) or key in RATES:
                 continue
             if isinstance(value, (int, float)):
                 merged[key] = merged[key] + value
@@ -62,15 +94,19 @@ def merge(runs: list[dict]) -> dict:
                 merged[key] = [a + b for a, b in zip(merged[key], value)] if key.endswith("_by_position") else merged[key] + value
             elif isinstance(value, dict):
                 merged[key] = {k: max(merged[key][k], v) for k, v in value.items()}  # peaks
+    if "proposed_by_round" in merged:
+        merged.update(acceptance_conventions(merged["proposed_by_round"], merged["accepted_by_round"], len(merged["proposed_by_position"])))
     return merged
 
 
 def ledger_line(stats: dict) -> str:
     led = ledger(stats)
     accept = ",".join(f"{a:.2f}" for a in led["accept_by_position"])
+    conditional = ",".join(f"{a:.2f}" for a in led["accept_cond_by_position"])
     kv = led["kv_bytes"]
     return (
-        f"rounds: {led['rounds']}  tokens/forward: {led['tokens_per_forward']:.2f}  accept by position: [{accept}]  "
+        f"rounds: {led['rounds']}  tokens/forward: {led['tokens_per_forward']:.2f}  accept by position P(prefix>=j): [{accept}]  "
+        f"P(j | 1..j-1): [{conditional}]  mean accept len (with bonus): {led['mean_accept_len']:.3f}  "
         f"mean R: {led['mean_R']:.3f} (1+accepted: {led['one_plus_mean_accepted']:.3f})  "
         f"draft s/round: {led['draft_s_per_round'] * 1e3:.2f} ms  verify s/round: {led['verify_s_per_round'] * 1e3:.2f} ms  "
         f"fallbacks: {led['fallbacks']}  kv bytes target/draft/branch: {kv['target']}/{kv['draft']}/{kv['branch_peak']}"

@@ -65,5 +65,11 @@ def variant_style(index: int) -> tuple[str, str]:
     return PALETTE[index % len(PALETTE)], LINE_STYLES[(index // len(PALETTE)) % len(LINE_STYLES)]
 
 
+def style_map(ordered_labels) -> dict[str, tuple[str, str]]:
+    """(colour, line style) per label by its place in one fixed order: every figure that draws a label
+    looks it up here, so a variant keeps its colour whichever variants a figure shows."""
+    return {label: variant_style(index) for index, label in enumerate(ordered_labels)}
+
+
 def short(label: str, width: int = 28) -> str:
     return label if len(label) <= width else label[: width - 1] + "…"

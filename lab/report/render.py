@@ -7,7 +7,7 @@ import html
 import re
 from pathlib import Path
 
-from lab.report.sweep_figures import ReportFigure, order_key
+from lab.report.sweep_figures import ReportFigure, loss_speedup_points, order_key
 from lab.report.records import Sweep
 from lab.report.significance import significance_finding
 from lab.report.spikes import SPIKE_MIN_NATS, SPIKE_SIGMAS, record_spikes
@@ -77,7 +77,8 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
         parts = [f"{v.label}: h1 {v.stat('val/loss/h1')[0]:.3f} → h{v.max_k} {v.stat(f'val/loss/h{v.max_k}')[0]:.3f}" for v in multi]
         out.append(f"Per-horizon validation loss rises with the horizon in {len(rising)} of {len(multi)} multi-token variants ("
                    + "; ".join(parts) + ").")
-        accs = [f"{v.label}: h{v.max_k} {v.stat(f'val/acc/h{v.max_k}')[0]:.3f}" for v in multi if v.stat(f"val/acc/h{v.max_k}")[0] is not None]
+        accs = [f"{v.label}: h{v.max_k} {v.stat(f'val/acc/h{v.max_k}')[0]:.3f}{forced_mark(v, v.max_k)}"
+                for v in multi if v.stat(f"val/acc/h{v.max_k}")[0] is not None]
         if accs:
             out.append("Top-1 accuracy at the farthest horizon: " + "; ".join(accs) + ".")
     out += answer_findings(variants)
@@ -198,24 +199,74 @@ def variant_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
         times = mean_spread([r["run_time_s"] for r in v.ok if r["run_time_s"] is not None])[0]
         rows.append([
             v.label, fmt(v.head), fmt(v.k), f"{len(v.ok)} / {len(v.records)}", v.cell("val/loss"), v.cell("val/bpb"),
-            *[v.cell(f"val/loss/h{k}") for k in range(1, max_k + 1)], *[v.cell(f"val/acc/h{k}", 3) for k in range(1, max_k + 1)],
-            v.cell("val/est_tokens_per_forward", 2), fmt(times, 1),
+            *[v.cell(f"val/loss/h{k}") + forced_mark(v, k) for k in range(1, max_k + 1)],
+            *[v.cell(f"val/acc/h{k}", 3) + forced_mark(v, k) for k in range(1, max_k + 1)],
+            v.cell("val/est_tokens_per_forward", 2) + forced_mark(v, 2), fmt(times, 1),
         ])
     return header, rows
 
 
+FORCED_NOTE = ("TF = teacher-forced: a DeepSeek depth's horizon-k numbers see the true tokens up to t+k−1, an easier "
+               "question than an independent head's blind prediction of t+k (DESIGN.md §7); compare them only with each other.")
+
+
+def forced_mark(variant: Variant, k: int) -> str:
+    """' TF' after a teacher-forced horizon-k number (a DeepSeek depth, k ≥ 2), else nothing."""
+    return " TF" if variant.teacher_forced and k >= 2 and variant.max_k >= k else ""
+
+
 def decoding_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
-    """Live decoding (DecodingEval) next to the validation estimate; None when no run decoded."""
-    rows_with = [v for v in sorted(variants, key=order_key) if v.stat("decode/tokens_per_forward")[0] is not None]
+    """Live decoding (DecodingEval): the T=1 headline, both acceptance conventions, degeneracy, greedy; None when no run decoded."""
+    rows_with = [v for v in sorted(variants, key=order_key)
+                 if v.stat("decode/distinct4")[0] is not None or v.stat("decode/tokens_per_forward")[0] is not None]
     if not rows_with:
         return None
     positions = max(v.max_k for v in rows_with) - 1
-    header = ["variant", "head", "K", "est tokens/forward (val)", "tokens/forward (live)",
-              *[f"accept p{j}" for j in range(1, positions + 1)], "speedup (live)", "greedy match"]
-    rows = [[v.label, fmt(v.head), fmt(v.k), v.cell("val/est_tokens_per_forward", 2), v.cell("decode/tokens_per_forward", 2),
-             *[v.cell(f"decode/accept/p{j}", 2) for j in range(1, positions + 1)], v.cell("decode/speedup", 2), v.cell("decode/greedy_match", 2)]
+    header = ["variant", "head", "K", "tokens/forward T=1", "mean accept len (with bonus, τ)", "mean accepted (no bonus)",
+              *[f"P(prefix≥{j}) T=1" for j in range(1, positions + 1)], *[f"P({j} | 1..{j - 1}) T=1" for j in range(1, positions + 1)],
+              "speedup T=1", "distinct-4 T=1", "degenerate T=1", "tokens/forward greedy", "distinct-4 greedy", "degenerate greedy",
+              "greedy match", "est tokens/forward (val)"]
+    rows = [[v.label, fmt(v.head), fmt(v.k), headline_cell(v, "decode/tokens_per_forward"), headline_cell(v, "decode/mean_accept_len"),
+             headline_cell(v, "decode/mean_accepted"), *[v.cell(f"decode/accept/p{j}", 2) for j in range(1, positions + 1)],
+             *[v.cell(f"decode/accept_cond/p{j}", 2) for j in range(1, positions + 1)], v.cell("decode/speedup", 2),
+             v.cell("decode/distinct4", 2), degenerate_cell(v, "decode"), headline_cell(v, "decode/greedy/tokens_per_forward", "decode/greedy"),
+             v.cell("decode/greedy/distinct4", 2), degenerate_cell(v, "decode/greedy"), v.cell("decode/greedy/greedy_match", 2),
+             v.cell("val/est_tokens_per_forward", 2)]
             for v in rows_with]
     return header, rows
+
+
+def headline_cell(variant: Variant, metric: str, prefix: str = "decode") -> str:
+    """A headline number, or why there is none: every prompt's continuation was degenerate."""
+    if variant.stat(metric)[0] is None and variant.stat(f"{prefix}/degenerate")[0] == 1.0:
+        return "— (all degenerate)"
+    return variant.cell(metric, 2)
+
+
+def degenerate_cell(variant: Variant, prefix: str) -> str:
+    """The share of prompts whose continuation has < 20 % distinct 4-grams, flagged when any."""
+    share = variant.stat(f"{prefix}/degenerate")[0]
+    if share is None:
+        return "—"
+    return f"{share:.2f} DEGENERATE" if share > 0 else "0.00"
+
+
+def loss_speedup_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
+    """One row per variant of `loss_speedup_points`; None when no run measured a speedup."""
+    points = loss_speedup_points(variants)
+    if not any(p.measured for p in points):
+        return None
+    header = ["variant", "head", "K", "val/loss (next token)", "measured speedup T=1", "tokens/forward T=1", "mean accept len (τ)"]
+    rows = [[p.variant.label, fmt(p.variant.head), fmt(p.variant.k), p.variant.cell("val/loss"),
+             p.variant.cell("decode/speedup", 3) if p.measured else "1 (plain decoding)",
+             p.variant.cell("decode/tokens_per_forward", 2), p.variant.cell("decode/mean_accept_len", 2)] for p in points]
+    return header, rows
+
+
+LOSS_SPEEDUP_NOTE = ("What MTP users trade: the next-token validation loss (`val/loss`) against the measured speedup of "
+                     "self-speculative decoding with the run's own heads (`decode/speedup`: decode-phase tokens/s "
+                     "speculative / plain, exact sampling at T=1, degenerate continuations excluded). A variant that "
+                     "cannot draft (ntp) decodes plainly: speedup 1 by definition. The figure `loss_vs_speedup.png` draws these rows.")
 
 
 def answer_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
@@ -235,12 +286,20 @@ ANSWER_NOTE = ("Synthetic task answers (`val/answer_*`, last validation): greedy
 def optional_sections(variants: list[Variant]) -> list[tuple[str, str, tuple[list[str], list[list[str]]]]]:
     """(title, note, table) of the sections only some sweeps have."""
     candidates = [("Answer accuracy (synthetic tasks)", ANSWER_NOTE, answer_table(variants)),
-                  ("Decoding (live, end of training)", DECODING_NOTE, decoding_table(variants))]
+                  ("Decoding (live, end of training)", DECODING_NOTE, decoding_table(variants)),
+                  ("Next-token loss vs decoding speedup", LOSS_SPEEDUP_NOTE, loss_speedup_table(variants))]
     return [(title, note, table) for title, note, table in candidates if table is not None]
 
 
-DECODING_NOTE = ("Greedy, a few validation prompts, at the end of training (`decode/*`); speedup = decode-phase "
-                 "tokens/s speculative / plain, same prompts. DeepSeek's validation estimate is teacher-forced.")
+DECODING_NOTE = ("End of training, a few validation-document prompts (`decode/*`). The headline is exact speculative "
+                 "sampling at T=1 over the prompts whose continuation is not degenerate (< 20 % distinct 4-grams: a "
+                 "repeated token makes every draft pass); the `degenerate` columns give the share of prompts left out "
+                 "(greedy columns: the same under greedy decoding). Acceptance conventions: P(prefix≥j) is "
+                 "*unconditional* (`decode/accept/p{j}`, vLLM's per-position rate), P(j | 1..j−1) *conditional* "
+                 "(`decode/accept_cond/p{j}`, vLLM speculators'); mean accept len counts the bonus/correction token "
+                 "(`decode/mean_accept_len`, vLLM's and Spec-Bench's τ, 1.00 for plain decoding), mean accepted does not "
+                 "(`decode/mean_accepted`). Speedup = decode-phase tokens/s speculative / plain, same prompts. "
+                 "DeepSeek's validation estimate is teacher-forced.")
 
 
 def md_escape(cell: str) -> str:
@@ -257,6 +316,8 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure],
     lines = [f"# Sweep report: {sweep.name}", "", *summary_lines(sweep, variants), "", "## Findings", ""]
     lines += [f"- {line}" for line in findings(sweep, variants)] or ["- no completed runs"]
     lines += ["", "## Variants (mean ± sd over seeds)", "", *md_table(*variant_table(variants))]
+    if any(v.teacher_forced for v in variants):
+        lines += ["", FORCED_NOTE]
     lines += ["", "## Cost per variant (mean over seeds)", "", *md_table(*cost_table(variants))]
     for title, note, table in optional_sections(variants):
         lines += ["", f"## {title}", "", note, "", *md_table(*table)]
@@ -278,7 +339,7 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f3f3f3}td:first-child,td:nth-child(2){text-align:left}tr.failed td{background:#fde8e8}
-.scroll{overflow-x:auto;max-width:100%}.scroll table{margin:0}
+.scroll{overflow-x:auto;max-width:100%}.scroll table{margin:0}li,p,h1,h2,h3{overflow-wrap:anywhere}
 img{max-width:100%;border:1px solid #eee}code{background:#f5f5f5;padding:0 3px}.reason{text-align:left;color:#a00}
 """
 
@@ -309,6 +370,8 @@ def html_page(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure]
     parts += ["</ul>", "<h2>Findings</h2>", "<ul>"]
     parts += [f"<li>{inline_md(line)}</li>" for line in findings(sweep, variants)] or ["<li>no completed runs</li>"]
     parts += ["</ul>", "<h2>Variants (mean ± sd over seeds)</h2>", html_table(*variant_table(variants))]
+    if any(v.teacher_forced for v in variants):
+        parts.append(f"<p>{inline_md(FORCED_NOTE)}</p>")
     parts += ["<h2>Cost per variant (mean over seeds)</h2>", html_table(*cost_table(variants))]
     for title, note, table in optional_sections(variants):
         parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{inline_md(note)}</p>", html_table(*table)]

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from matplotlib.patches import Patch
 
 from lab.model.heads import display_rank
-from lab.report.plotting import color, figure, save_png, short, variant_style
+from lab.report.plotting import color, figure, save_png, short, style_map
 from lab.report.records import finite
 from lab.report.spikes import find_spikes, robust_range
 from lab.report.table import Variant
@@ -24,7 +25,17 @@ MiB = 1024 * 1024
 
 
 def order_key(variant: Variant):
+    """Tables and figures list variants in the heads' registry order (lab.model.heads), then by K."""
     return (display_rank(variant.head), variant.k or 0)
+
+
+def variant_styles(variants: list[Variant]) -> dict[str, tuple[str, str]]:
+    """(colour, line style) of every variant of the sweep, from its place in the head order (then K, then job order).
+
+    Every figure takes its colours from this map of *all* the sweep's variants, so a variant has
+    one colour in every figure, whichever subset a figure draws.
+    """
+    return style_map(v.label for v in sorted(variants, key=order_key))
 
 
 def mean_curve(records: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -66,7 +77,7 @@ def history_median(records: list[dict], metric: str) -> float | None:
 
 
 def val_loss_by_architecture(variants: list[Variant], path: Path) -> Path | None:
-    """Bar per variant (ordered by architecture, then K), coloured by K; ntp as a dashed baseline.
+    """Bar per variant (ordered by architecture, then K) in the variant's colour; ntp as a dashed baseline.
 
     The y-axis starts at zero (a bar's height is its value): differences between variants are
     written on the bars as Δ to ntp instead of being magnified by a cut axis.
@@ -74,14 +85,13 @@ def val_loss_by_architecture(variants: list[Variant], path: Path) -> Path | None
     rows = [v for v in sorted(variants, key=order_key) if v.stat("val/loss")[0] is not None]
     if not rows:
         return None
-    ks = sorted({v.k or 1 for v in rows})
+    styles = variant_styles(variants)
     baseline = next((v.stat("val/loss")[0] for v in rows if v.is_baseline), None)
     with figure(max(5.0, 0.75 * len(rows) + 2), 4.0) as (fig, axes):
         ax = axes[0][0]
         for i, variant in enumerate(rows):
             mean, spread, n = variant.stat("val/loss")
-            ax.bar(i, mean, yerr=spread if n > 1 else None, capsize=3, color=color(ks.index(variant.k or 1)),
-                   label=f"K={variant.k or 1}")
+            ax.bar(i, mean, yerr=spread if n > 1 else None, capsize=3, color=styles[variant.label][0])
             text = f"{mean:.3f}" if baseline is None or variant.is_baseline else f"{mean:.3f}\nΔ{mean - baseline:+.3f}"
             ax.annotate(text, (i, mean + (spread or 0)), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
         if baseline is not None:
@@ -91,9 +101,8 @@ def val_loss_by_architecture(variants: list[Variant], path: Path) -> Path | None
         ax.set_xticks(range(len(rows)), [short(v.label) for v in rows], rotation=30, ha="right")
         ax.set_ylabel("val next-token loss (nats)")
         ax.set_title("Validation next-token loss by architecture and K\n(mean ± sd over seeds; Δ = difference to ntp)")
-        handles, labels = ax.get_legend_handles_labels()
-        unique = dict(zip(labels, handles))
-        ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        if baseline is not None:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return save_png(fig, path)
 
 
@@ -131,13 +140,14 @@ def horizon_loss_curves(variants: list[Variant], path: Path) -> Path | None:
         return None
     ncols = min(max_k, 4)
     nrows = (max_k + ncols - 1) // ncols
+    styles = variant_styles(variants)
     with figure(3.2 * ncols + 0.5, 2.8 * nrows + 0.6, nrows, ncols, sharex=True) as (fig, axes):
         drawn = False
         for k in range(1, max_k + 1):
             ax = axes[(k - 1) // ncols][(k - 1) % ncols]
             shown, spikes = [], []
-            for i, variant in enumerate(rows):
-                line_color, line_style = variant_style(i)
+            for variant in rows:
+                line_color, line_style = styles[variant.label]
                 steps, values, variant_spikes = despiked_mean_curve(variant.ok, f"train/loss/h{k}")
                 if len(steps):
                     curve = smooth(values, max(1, len(values) // 25))
@@ -170,36 +180,73 @@ def horizon_loss_curves(variants: list[Variant], path: Path) -> Path | None:
         return save_png(fig, path)
 
 
+def draw_horizon_metric(ax, rows: list[Variant], styles: dict, metric: str, first_k: int, suffix: str = "h") -> bool:
+    """`{metric}/{suffix}{k}` against k, one line per variant (mean ± sd over seeds); whether anything was drawn."""
+    drawn = False
+    for variant in rows:
+        ks, means, spreads = [], [], []
+        for k in range(first_k, variant.max_k + 1):
+            mean, spread, _ = variant.stat(f"{metric}/{suffix}{k}")
+            if mean is not None:
+                ks.append(k), means.append(mean), spreads.append(spread or 0.0)
+        if ks:
+            line_color, line_style = styles[variant.label]
+            ax.errorbar(ks, means, yerr=spreads, color=line_color, linestyle=line_style, marker="o", markersize=3, capsize=2,
+                        linewidth=1.0, label=short(variant.label))
+            drawn = True
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    return drawn
+
+
 def horizon_panels(variants: list[Variant], path: Path, panels, *, first_k: int, ylabel: str, title: str,
                    suffix: str = "h", xlabel: str = "horizon k") -> Path | None:
     """One panel per (metric prefix, panel title): `{prefix}/{suffix}{k}` vs k per variant, mean ± sd over seeds."""
     rows = [v for v in sorted(variants, key=order_key) if v.stat(f"{panels[0][0]}/{suffix}{first_k}")[0] is not None]
     if not rows:
         return None
+    styles = variant_styles(variants)
     with figure(10.0, 3.8, 1, len(panels)) as (fig, axes):
         for col, (prefix, panel_title) in enumerate(panels):
             ax = axes[0][col]
-            for i, variant in enumerate(rows):
-                ks, means, spreads = [], [], []
-                for k in range(first_k, variant.max_k + 1):
-                    mean, spread, _ = variant.stat(f"{prefix}/{suffix}{k}")
-                    if mean is not None:
-                        ks.append(k), means.append(mean), spreads.append(spread or 0.0)
-                if ks:
-                    ax.errorbar(ks, means, yerr=spreads, color=variant_style(i)[0], linestyle=variant_style(i)[1], marker="o", markersize=3, capsize=2, linewidth=1.0, label=short(variant.label))
+            draw_horizon_metric(ax, rows, styles, prefix, first_k, suffix)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.set_title(panel_title)
-            ax.xaxis.get_major_locator().set_params(integer=True)
         axes[0][0].legend()
         fig.suptitle(title)
         return save_png(fig, path)
 
 
+ACCURACY_GROUPS = (
+    (False, "blind heads: horizon k predicts t+k from position t"),
+    (True, "DeepSeek depths: teacher-forced (true tokens up to t+k−1)"),
+)
+
+
 def horizon_accuracy(variants: list[Variant], path: Path) -> Path | None:
-    """Medusa-style: top-1 validation accuracy of horizon k vs k, and chain acceptance."""
+    """Medusa-style: top-1 validation accuracy of horizon k vs k, and chain acceptance.
+
+    Teacher-forced heads (DeepSeek depths) get their own row of panels: their accuracy answers
+    an easier question than a blind head's (DESIGN.md §7), so the two never share an axis.
+    """
+    measured = [v for v in sorted(variants, key=order_key) if v.stat("val/acc/h1")[0] is not None]
+    groups = [(title, [v for v in measured if v.teacher_forced == forced]) for forced, title in ACCURACY_GROUPS]
+    groups = [(title, rows) for title, rows in groups if rows]
+    if not groups:
+        return None
+    styles = variant_styles(variants)
     panels = (("val/acc", "top-1 accuracy of horizon k"), ("val/chain_acc", "P(k correct | 1..k-1 correct)"))
-    return horizon_panels(variants, path, panels, first_k=1, ylabel="accuracy", title="Per-horizon validation accuracy (final, mean ± sd over seeds)")
+    with figure(10.0, 3.6 * len(groups) + 0.4, len(groups), 2) as (fig, axes):
+        for row, (group_title, rows) in enumerate(groups):
+            for col, (metric, panel_title) in enumerate(panels):
+                ax = axes[row][col]
+                draw_horizon_metric(ax, rows, styles, metric, 1)
+                ax.set_xlabel("horizon k")
+                ax.set_ylabel("accuracy")
+                ax.set_title(f"{panel_title}\n{group_title}", fontsize=8)
+            axes[row][0].legend()
+        fig.suptitle("Per-horizon validation accuracy (final, mean ± sd over seeds)")
+        return save_png(fig, path)
 
 
 def draft_agreement(variants: list[Variant], path: Path) -> Path | None:
@@ -209,33 +256,120 @@ def draft_agreement(variants: list[Variant], path: Path) -> Path | None:
     return horizon_panels(variants, path, panels, first_k=2, ylabel="agreement", title=title)
 
 
+# The bars of the live-decoding panel: (metric, legend label, hatch, filled).
+LIVE_BARS = (
+    ("decode/tokens_per_forward", "live, T=1 sampling (headline; degenerate prompts excluded)", None, True),
+    ("decode/greedy/tokens_per_forward", "live, greedy (degenerate prompts excluded)", "////", True),
+    ("val/est_tokens_per_forward", "validation estimate (greedy agreement)", None, False),
+)
+
+
 def live_decoding(variants: list[Variant], path: Path) -> Path | None:
-    """End-of-training decoding (DecodingEval): acceptance by draft position, and live vs estimated tokens/forward."""
-    rows = [v for v in sorted(variants, key=order_key) if v.stat("decode/accept/p1")[0] is not None]
+    """End-of-training decoding (DecodingEval): acceptance by draft position both ways, and tokens/forward.
+
+    The headline is exact speculative sampling at T = 1 over the prompts whose continuation is
+    not degenerate (DESIGN.md §10); each variant's bar carries its distinct-4-gram ratio and how
+    many prompts were flagged degenerate, so a repeated-token continuation cannot pass as speed.
+    """
+    decoded = lambda v: any(v.stat(m)[0] is not None for m in ("decode/distinct4", "decode/accept/p1"))  # noqa: E731 (older runs log no distinct4)
+    rows = [v for v in sorted(variants, key=order_key) if v.max_k > 1 and decoded(v)]
     if not rows:
         return None
-    with figure(10.0, 3.8, 1, 2) as (fig, axes):
-        ax = axes[0][0]
+    styles = variant_styles(variants)
+    with figure(14.0, 4.2, 1, 3) as (fig, axes):
+        for ax, (metric, title, ylabel) in zip(axes[0][:2], (
+            ("decode/accept", "unconditional: P(accepted prefix ≥ j)", "acceptance (T=1)"),
+            ("decode/accept_cond", "conditional: P(j accepted | 1..j−1 accepted)", "acceptance (T=1)"),
+        )):
+            draw_horizon_metric(ax, rows, styles, metric, 1, suffix="p")
+            ax.set_xlabel("draft position j")
+            ax.set_ylabel(ylabel)
+            ax.set_ylim(0.0, 1.05)
+            ax.set_title(title, fontsize=8)
+        axes[0][0].legend()
+        live_decoding_bars(axes[0][2], rows, styles)
+        fig.suptitle("Live self-speculative decoding at the end of training (T=1 sampling is the headline; few prompts)")
+        return save_png(fig, path)
+
+
+def live_decoding_bars(ax, rows: list[Variant], styles: dict) -> None:
+    """Tokens per target forward per variant: T=1 live, greedy live, validation estimate; d4 and degenerate counts written on."""
+    width = 0.8 / len(LIVE_BARS)
+    high = 1.0
+    for b, (metric, label, hatch, filled) in enumerate(LIVE_BARS):
         for i, variant in enumerate(rows):
-            positions = [j for j in range(1, variant.max_k + 1) if variant.stat(f"decode/accept/p{j}")[0] is not None]
-            means = [variant.stat(f"decode/accept/p{j}")[0] for j in positions]
-            spreads = [variant.stat(f"decode/accept/p{j}")[1] or 0.0 for j in positions]
-            ax.errorbar(positions, means, yerr=spreads, color=variant_style(i)[0], linestyle=variant_style(i)[1], marker="o", markersize=3, capsize=2, linewidth=1.0, label=short(variant.label))
-        ax.set_xlabel("draft position j")
-        ax.set_ylabel("acceptance rate")
-        ax.set_title("live acceptance by draft position")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend()
-        ax = axes[0][1]
-        x = np.arange(len(rows))
-        for offset, (metric, label) in zip((-0.2, 0.2), (("decode/tokens_per_forward", "live (greedy)"), ("val/est_tokens_per_forward", "validation estimate"))):
-            stats = [v.stat(metric) for v in rows]
-            ax.bar(x + offset, [s[0] if s[0] is not None else 0.0 for s in stats], width=0.4, yerr=[s[1] or 0.0 for s in stats], capsize=2, label=label)
-        ax.set_xticks(x, [short(v.label) for v in rows], rotation=30, ha="right")
-        ax.set_ylabel("tokens per target forward")
-        ax.set_title("speculative decoding progress")
-        ax.legend()
-        fig.suptitle("Live self-speculative decoding at the end of training (greedy, few prompts)")
+            mean, spread, _ = variant.stat(metric)
+            x = i + (b - (len(LIVE_BARS) - 1) / 2) * width
+            colour = styles[variant.label][0]
+            if mean is None:
+                continue
+            ax.bar(x, mean, width=width, yerr=spread or None, capsize=2, color=colour if filled else "none", edgecolor=colour,
+                   hatch=hatch, linewidth=1.0)
+            high = max(high, mean + (spread or 0.0))
+    ax.set_ylim(0.0, high * 1.5)  # headroom for the legend of bar kinds
+    ax.set_xticks(range(len(rows)), [f"{short(v.label, 16)}\n{decoding_note(v)}" for v in rows], fontsize=6)
+    ax.set_ylabel("tokens per target forward")
+    ax.set_title("tokens per target forward (solid: T=1, hatched: greedy, outline: estimate)", fontsize=8)
+    # The legend explains the bar kinds, not the variants (their colours are in the other panels): grey proxies.
+    kinds = [Patch(facecolor="0.6" if filled else "none", edgecolor="0.3", hatch=hatch, label=label) for _, label, hatch, filled in LIVE_BARS]
+    ax.legend(handles=kinds, loc="upper left", fontsize=6)
+
+
+def decoding_note(variant: Variant) -> str:
+    """Under a variant's bars: distinct-4-gram ratio and degenerate share, T=1 then greedy ('d4 0.83, 25% degenerate')."""
+    lines = []
+    for prefix, mode in (("decode", "T=1"), ("decode/greedy", "greedy")):
+        distinct, degenerate, clean = (variant.stat(f"{prefix}/{name}")[0] for name in ("distinct4", "degenerate", "prompts_clean"))
+        if distinct is None:
+            continue
+        flag = "" if not degenerate else (", ALL DEGENERATE" if not clean else f", {degenerate:.0%} degenerate")
+        lines.append(f"{mode}: d4 {distinct:.2f}{flag}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LossSpeedup:
+    """One variant's point: next-token validation loss against measured decoding speedup (mean, sd over seeds)."""
+
+    variant: Variant
+    loss: float
+    loss_sd: float
+    speedup: float
+    speedup_sd: float
+    measured: bool  # False: the variant cannot draft and decodes plainly (speedup 1 by definition)
+
+
+def loss_speedup_points(variants: list[Variant]) -> list[LossSpeedup]:
+    """Every variant with a validation loss and either a measured `decode/speedup` or no drafts (ntp: 1×)."""
+    points = []
+    for variant in sorted(variants, key=order_key):
+        loss, loss_sd, _ = variant.stat("val/loss")
+        speedup, speedup_sd, _ = variant.stat("decode/speedup")
+        if loss is None or (speedup is None and variant.max_k > 1):
+            continue
+        measured = speedup is not None
+        points.append(LossSpeedup(variant, loss, loss_sd or 0.0, speedup if measured else 1.0, speedup_sd or 0.0, measured))
+    return points
+
+
+def loss_vs_speedup(variants: list[Variant], path: Path) -> Path | None:
+    """The trade-off MTP users ask about: next-token validation loss against measured speedup, one point per variant."""
+    points = loss_speedup_points(variants)
+    if not any(p.measured for p in points):
+        return None
+    styles = variant_styles(variants)
+    with figure(7.5, 4.5) as (fig, axes):
+        ax = axes[0][0]
+        for p in points:
+            colour = styles[p.variant.label][0]
+            ax.errorbar([p.speedup], [p.loss], xerr=[p.speedup_sd], yerr=[p.loss_sd], color=colour, marker="o" if p.measured else "s",
+                        markersize=6, capsize=2, linestyle="none", label=short(p.variant.label) + ("" if p.measured else " (plain)"))
+            ax.annotate(short(p.variant.label, 20), (p.speedup, p.loss), xytext=(4, 4), textcoords="offset points", fontsize=7)
+        ax.axvline(1.0, color="black", linestyle=":", linewidth=0.8)
+        ax.set_xlabel("measured decoding speedup (speculative / plain tokens/s, T=1, non-degenerate prompts)")
+        ax.set_ylabel("val next-token loss (nats)")
+        ax.set_title("Next-token loss vs self-speculative decoding speedup\n(lower right is better; mean ± sd over seeds)")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return save_png(fig, path)
 
 
@@ -304,11 +438,12 @@ def effective_weights_by_policy(variants: list[Variant], path: Path) -> Path | N
         return NotDrawn(f"every variant weights every horizon equally ({heights[0]:.4g}); nothing to compare")
     max_k = max(len(w) for _, w in rows)
     width = 0.8 / len(rows)
+    styles = variant_styles(variants)
     with figure(max(6.0, 1.1 * max_k + 3), 3.8) as (fig, axes):
         ax = axes[0][0]
         for i, (variant, weights) in enumerate(rows):
             xs = [k - 1 + (i - (len(rows) - 1) / 2) * width for k in range(1, len(weights) + 1)]
-            ax.bar(xs, [w if w is not None else 0.0 for w in weights], width=width, color=variant_style(i)[0],
+            ax.bar(xs, [w if w is not None else 0.0 for w in weights], width=width, color=styles[variant.label][0],
                    label=short(f"{variant.label} [{variant.first.get('reduction')}, {variant.first.get('weights')}]", 48))
         ax.set_xticks(range(max_k), [f"h{k}" for k in range(1, max_k + 1)])
         ax.set_ylabel("effective weight (mean over steps)")
@@ -351,9 +486,12 @@ def logit_memory_by_schedule(variants: list[Variant], path: Path) -> Path | None
 REPORT_FIGURES = (
     ("val_loss_by_architecture.png", val_loss_by_architecture, "Validation next-token loss by architecture and K"),
     ("horizon_loss_curves.png", horizon_loss_curves, "Per-horizon loss curves"),
-    ("horizon_accuracy.png", horizon_accuracy, "Per-horizon accuracy vs horizon (Medusa-style) and chain acceptance"),
+    ("horizon_accuracy.png", horizon_accuracy, "Per-horizon accuracy vs horizon (Medusa-style) and chain acceptance; "
+     "teacher-forced DeepSeek depths on their own axes"),
     ("draft_agreement.png", draft_agreement, "Draft agreement by horizon per architecture (estimates greedy self-speculative acceptance)"),
-    ("live_decoding.png", live_decoding, "Live decoding: acceptance by draft position and tokens per target forward (live vs validation estimate)"),
+    ("live_decoding.png", live_decoding, "Live decoding (T=1 headline): acceptance by draft position, unconditional and conditional, "
+     "and tokens per target forward (T=1, greedy, validation estimate; distinct-4 and degenerate share under each variant)"),
+    ("loss_vs_speedup.png", loss_vs_speedup, "Next-token validation loss vs measured decoding speedup, one point per variant"),
     ("grad_cosine.png", grad_cosine_heatmaps, "Gradient cosine between horizons"),
     ("effective_weights.png", effective_weights_by_policy, "Effective horizon weights by policy"),
     ("logit_memory.png", logit_memory_by_schedule, "Logit memory by schedule"),

@@ -1,0 +1,173 @@
+"""Batched requests: B prompts of different lengths decoded together, one `Generation` per prompt.
+
+Prompts are left-padded to a common length P, so every row appends its new token at the same
+cache slot and one forward serves all rows. Row b's padding occupies slots 0..pad_b−1; its
+token at slot s has position s − pad_b (positions start at 0 at each prompt's first token, as
+for a single request), and its queries see only its own slots ≥ pad_b. A row that has stopped
+(EOS or its budget) keeps riding along until every row has stopped; its later tokens are
+dropped. Speculative batches: lab.decode.batched_speculative.
+
+Each row's law is that of a single request: its next token is drawn from softmax(its own
+logits / T) (top-k), independently of the other rows; greedy rows equal single greedy decoding,
+and with one generator per prompt sampled rows equal single requests with those generators.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from lab.decode.cache import StackCache
+from lab.decode.ledger import acceptance_conventions
+from lab.decode.sampling import TokenChooser
+from lab.decode.target import TRUNK
+from lab.errors import require
+from lab.model.trunk import AttentionContext, rotary_angles
+
+
+def is_batch(prompt) -> bool:
+    """A [B, P] tensor or a list/tuple of 1-D prompts (a plain [P] tensor is one request)."""
+    return isinstance(prompt, (list, tuple)) or (torch.is_tensor(prompt) and prompt.dim() == 2)
+
+
+def prompt_rows(prompt) -> list[torch.Tensor]:
+    """The batch as a list of 1-D LongTensors (one per request)."""
+    rows = list(prompt.unbind(0)) if torch.is_tensor(prompt) else [torch.as_tensor(p) for p in prompt]
+    require(len(rows) >= 1, "prompt", "a batch needs at least one prompt")
+    return rows
+
+
+class BatchedCaches:
+    """K/V of B rows for every stack a forward touches, in slots shared by all rows; per-row masks and positions.
+
+    Every forward appends the same number of slots to every row. A slot a row does not keep
+    (left padding, a rejected draft) stays in the buffers as a hole that the row's queries never
+    see; positions count only the slots a row keeps, so row b's tokens sit at 0, 1, 2, … as in a
+    single request.
+    """
+
+    def __init__(self, model, batch: int, device):
+        cfg = model.model_cfg
+        self.head_dim, self.rope_base = cfg.d_model // cfg.n_heads, cfg.rope_base
+        self.caches: dict = {}
+        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, L] slots each row keeps
+        self.next_position = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+        self.peak_bytes = 0
+
+    @property
+    def length(self) -> int:
+        return self.valid.shape[1]
+
+    def contexts(self, new_valid: torch.Tensor):
+        """`ctx_for(key)` for one forward over new slots (new_valid [B, n]: which are the row's tokens); one mask, one rotary table."""
+        n = new_valid.shape[1]
+        positions = (self.next_position[:, None] + new_valid.long().cumsum(1) - 1).clamp_min(0)  # [B, n]: holes at 0
+        cos, sin = rotary_angles(positions, self.head_dim, self.rope_base)  # [B, 1, n, hd/2] each
+        keys = torch.cat([self.valid, new_valid], dim=1)  # [B, L]
+        slots = torch.arange(self.length + n, device=keys.device)  # [L]
+        queries = slots[self.length :]  # [n]
+        causal = slots[None, :] <= queries[:, None]  # [n, L]
+        diagonal = slots[None, :] == queries[:, None]  # [n, L]: keeps a hole's softmax finite (its output is never used)
+        mask = ((keys[:, None, :] & causal[None]) | diagonal[None])[:, None]  # [B, 1, n, L]
+        return lambda key: AttentionContext(mask, cos, sin, kv=self.caches.setdefault(key, StackCache(key, "target")))
+
+    def advance(self, keep: torch.Tensor) -> None:
+        """Keep [B, n] of the slots the last forward appended (the rest become holes)."""
+        self.valid = torch.cat([self.valid, keep], dim=1)  # [B, L + n]
+        self.next_position += keep.long().sum(1)
+        for cache in self.caches.values():
+            cache.commit()
+        self.peak_bytes = max(self.peak_bytes, sum(c.length * c.row_bytes() for c in self.caches.values()))
+
+
+def left_padded(rows: list[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids [B, P] (token 0 in the padding) and which slots are the prompts' tokens [B, P]."""
+    width = max(r.numel() for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long, device=device)  # [B, P]
+    valid = torch.zeros(len(rows), width, dtype=torch.bool, device=device)  # [B, P]
+    for b, row in enumerate(rows):
+        ids[b, width - row.numel() :] = row.to(device)  # [P_b] right-aligned
+        valid[b, width - row.numel() :] = True
+    return ids, valid
+
+
+def batched_rows(model, caches: BatchedCaches, ids: torch.Tensor, new_valid: torch.Tensor):
+    """One forward of ids [B, n] at the next slots: horizon rows [B, n, d] for 1, 2, … (lazy; the caller advances)."""
+    ctx_for = caches.contexts(new_valid)
+    hidden = model.trunk(ids, ctx_for(TRUNK))  # [B, n, d]
+    return model.head.horizon_rows(hidden, ctx_for)
+
+
+def batched_logits(model, caches: BatchedCaches, ids: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:
+    """Plain step: ids [B, n] -> [B, V] next-token logits at each row's last new slot (draft stacks never run)."""
+    rows = next(batched_rows(model, caches, ids, new_valid))  # [B, n, d] horizon 1
+    caches.advance(new_valid)
+    return model.horizon_logits(1, rows[:, -1])  # [B, V]
+
+
+def generate_batch(model, prompt, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None, speculative: bool = False,
+                   draft_steps: int | None = None, eos: int | None = None, generator=None) -> list:
+    """Every prompt of the batch, plain or speculative; one Generation per prompt, in order.
+
+    `generator`: None, one torch.Generator that all rows draw from in turn, or a list with one per prompt.
+    """
+    from lab.decode.batched_speculative import speculative_rows
+    from lab.decode.generate import Generation, check_request  # the single-request API's checks and result type
+
+    rows = prompt_rows(prompt)
+    for row in rows:
+        check_request(model, row, max_new_tokens, temperature, top_k, draft_steps)
+    generators = list(generator) if isinstance(generator, (list, tuple)) else [generator] * len(rows)
+    require(len(generators) == len(rows), "generator", f"a list of generators needs one per prompt: {len(generators)} for {len(rows)} prompts")
+    choosers = [TokenChooser(temperature, top_k, g) for g in generators]
+    model.eval()
+    with torch.no_grad():
+        if speculative:
+            decoded = speculative_rows(model, rows, max_new_tokens, choosers, eos, draft_steps)
+        else:
+            decoded = decode_rows(model, rows, max_new_tokens, choosers, eos)
+    return [Generation(out, stats) for out, stats in decoded]
+
+
+def decode_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choosers: list[TokenChooser], eos: int | None) -> list[tuple[list[int], dict]]:
+    """Plain decoding of B rows; row b draws from choosers[b] (rows in order, each step)."""
+    device = next(model.parameters()).device
+    ids, prompt_valid = left_padded(rows, device)  # [B, P] each
+    caches = BatchedCaches(model, len(rows), device)
+    outputs: list[list[int]] = [[] for _ in rows]
+    done = lambda out: len(out) == max_new_tokens or (bool(out) and out[-1] == eos)  # noqa: E731
+    begin = time.perf_counter()
+    prefill_s, forwards = 0.0, 0
+    if max_new_tokens > 0:
+        logits = batched_logits(model, caches, ids, prompt_valid)  # prefill: [B, V]
+        forwards, prefill_s = 1, time.perf_counter() - begin
+        every = torch.ones(len(rows), 1, dtype=torch.bool, device=device)  # [B, 1]
+        while True:
+            for b, out in enumerate(outputs):
+                if not done(out):
+                    out.append(choosers[b].choose(logits[b])[0])
+            if all(done(out) for out in outputs):
+                break
+            tokens = torch.tensor([[out[-1]] for out in outputs], device=device)  # [B, 1]: stopped rows ride along, their tokens dropped
+            logits = batched_logits(model, caches, tokens, every)  # [B, V]
+            forwards += 1
+    elapsed = time.perf_counter() - begin
+    shared = {"target_forwards": forwards, "prefill_time_s": prefill_s, "total_time_s": elapsed, "batch_size": len(rows),
+              "batch_tokens_per_s": sum(map(len, outputs)) / elapsed if elapsed > 0 else float("nan"),
+              "kv_bytes": {"target": caches.peak_bytes, "draft": 0, "branch_peak": 0}}
+    return [(out, row_stats(out, shared)) for out in outputs]
+
+
+def row_stats(out: list[int], shared: dict) -> dict:
+    """One request's stats in the single-request schema; forwards, times and cache bytes are the batch's (shared)."""
+    rounds = max(len(out) - 1, 0)  # plain decoding: one token per forward after the prefill's
+    elapsed = shared["total_time_s"]
+    return {
+        **shared, "rounds": rounds, "emitted": len(out), "fallbacks": 0, "proposed_by_position": [], "accepted_by_position": [],
+        "emitted_by_round": [1] * rounds, "proposed_by_round": [0] * rounds, "accepted_by_round": [0] * rounds,
+        "stopped_by_round": [i == rounds - 1 for i in range(rounds)], "draft_time_s": 0.0, "verify_time_s": elapsed - shared["prefill_time_s"],
+        "tokens_per_s": len(out) / elapsed if elapsed > 0 else float("nan"),
+        "tokens_per_forward": len(out) / shared["target_forwards"] if shared["target_forwards"] else float("nan"),
+        **acceptance_conventions([0] * rounds, [0] * rounds, 0),
+    }

@@ -1,0 +1,89 @@
+"""Acceptance conventions (DESIGN.md §10): unconditional vs conditional per-position rates, mean
+acceptance length with and without the bonus token, from hand-built per-round records."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lab.decode import generate
+from lab.decode.evaluation import evaluate_decoding
+from lab.decode.ledger import acceptance_conventions, ledger, merge
+from tests.helpers import build_model
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+# Six rounds (drafts offered m, drafts accepted a): (3,0) (3,1) (3,3) (3,2) (2,2) (1,0).
+PROPOSED = [3, 3, 3, 3, 2, 1]
+ACCEPTED = [0, 1, 3, 2, 2, 0]
+
+
+def test_hand_built_rounds_give_both_per_position_vectors_and_both_means():
+    got = acceptance_conventions(PROPOSED, ACCEPTED)
+    # j=1: offered in all 6 rounds, a>=1 in 4 of them -> 4/6 either way (nothing precedes position 1).
+    # j=2: offered in the first 5 (a = 0,1,3,2,2): a>=2 in 3 -> 3/5; of the 4 with a>=1 -> 3/4.
+    # j=3: offered in the first 4 (a = 0,1,3,2): a>=3 in 1 -> 1/4; of the 2 with a>=2 -> 1/2.
+    assert got["accept_by_position"] == pytest.approx([4 / 6, 3 / 5, 1 / 4])
+    assert got["accept_cond_by_position"] == pytest.approx([4 / 6, 3 / 4, 1 / 2])
+    assert got["mean_accepted"] == pytest.approx(8 / 6)  # (0+1+3+2+2+0)/6
+    assert got["mean_accept_len"] == pytest.approx(1 + 8 / 6)  # with the bonus/correction token: vLLM's and Spec-Bench's tau
+
+
+def test_no_drafts_is_plain_decoding_and_unreached_positions_are_nan():
+    plain = acceptance_conventions([0, 0, 0], [0, 0, 0])
+    assert plain == {"accept_by_position": [], "accept_cond_by_position": [], "mean_accepted": 0.0, "mean_accept_len": 1.0}
+    never = acceptance_conventions([1, 1], [0, 0], positions=2)  # position 2 never offered; position 1 never accepted
+    assert never["accept_by_position"][0] == 0.0 and never["accept_cond_by_position"][0] == 0.0
+    assert all(v != v for v in (never["accept_by_position"][1], never["accept_cond_by_position"][1]))
+
+
+def stats_of(proposed: list[int], accepted: list[int], positions: int = 3) -> dict:
+    """Generation.stats as the decoder leaves them, for the given rounds (no EOS, no budget stop)."""
+    return {
+        "target_forwards": len(proposed) + 1, "rounds": len(proposed), "emitted": 1 + sum(a + 1 for a in accepted), "fallbacks": 0,
+        "proposed_by_position": [sum(m >= j for m in proposed) for j in range(1, positions + 1)],
+        "accepted_by_position": [sum(a >= j for a in accepted) for j in range(1, positions + 1)],
+        "emitted_by_round": [a + 1 for a in accepted], "proposed_by_round": proposed, "accepted_by_round": accepted,
+        "stopped_by_round": [False] * len(proposed), "prefill_time_s": 0.0, "draft_time_s": 0.0, "verify_time_s": 0.0,
+        "total_time_s": 1.0, "kv_bytes": {"target": 1, "draft": 1, "branch_peak": 1},
+        **acceptance_conventions(proposed, accepted, positions),
+    }
+
+
+def test_merge_and_ledger_recompute_the_conventions_from_all_rounds():
+    first, second = stats_of(PROPOSED[:3], ACCEPTED[:3]), stats_of(PROPOSED[3:], ACCEPTED[3:])
+    merged = merge([first, second])
+    whole = acceptance_conventions(PROPOSED, ACCEPTED)
+    for key, value in whole.items():
+        assert merged[key] == pytest.approx(value), key  # not the sum of the two requests' rates
+        assert ledger(merged)[key] == pytest.approx(value), key
+    # the old count-based rate is the unconditional one
+    assert ledger(merged)["accept_by_position"] == pytest.approx([a / p for a, p in zip(merged["accepted_by_position"], merged["proposed_by_position"])])
+
+
+@pytest.mark.parametrize("name,k,extra", [("parallel", 4, {}), ("deepseek", 3, {"depth": 2})])
+def test_generation_stats_carry_every_convention(name, k, extra):
+    model = build_model(name, k, layers=3, **extra).double().eval()
+    prompt = torch.tensor([3, 1, 4, 1, 5])
+    spec = generate(model, prompt, 24, temperature=1.0, speculative=True, generator=torch.Generator().manual_seed(0)).stats
+    expected = acceptance_conventions(spec["proposed_by_round"], spec["accepted_by_round"], k - 1)
+    for key in ("accept_by_position", "accept_cond_by_position", "mean_accepted", "mean_accept_len"):
+        assert spec[key] == pytest.approx(expected[key], nan_ok=True)
+    assert spec["mean_accept_len"] == pytest.approx(1 + sum(spec["accepted_by_round"]) / spec["rounds"])
+    # over the rounds that offer all k-1 positions, unconditional = product of the conditionals
+    rounds = [(m, a) for m, a in zip(spec["proposed_by_round"], spec["accepted_by_round"]) if m == k - 1]
+    full = acceptance_conventions([m for m, _ in rounds], [a for _, a in rounds])
+    product = 1.0
+    for j, conditional in enumerate(full["accept_cond_by_position"]):
+        product *= conditional
+        assert full["accept_by_position"][j] == pytest.approx(product)
+    plain = generate(model, prompt, 8).stats
+    assert plain["mean_accept_len"] == 1.0 and plain["mean_accepted"] == 0.0
+
+
+def test_decoding_metrics_name_each_convention():
+    model = build_model("parallel", 3, layers=3).double().eval()
+    metrics = evaluate_decoding(model, [[1, 2, 3, 4], [5, 6, 7, 8]], 12)["metrics"]
+    for key in ("decode/accept/p1", "decode/accept/p2", "decode/accept_cond/p1", "decode/accept_cond/p2", "decode/mean_accept_len", "decode/mean_accepted"):
+        assert key in metrics, key
+    assert metrics["decode/mean_accept_len"] == pytest.approx(1 + metrics["decode/mean_accepted"])

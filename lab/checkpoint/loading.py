@@ -134,7 +134,7 @@ def verify_restored(module, optimizer=None, groups: list[list[str]] | None = Non
         objects = {id(named[name]) for name in group if name in named}
         if len(objects) > 1:
             raise RuntimeError(f"alias group {group} is no longer one Parameter after loading")
-    if model.model_cfg.tie_embeddings and model.trunk.unembedding is not model.trunk.embed.weight:
+    if getattr(model.model_cfg, "tie_embeddings", False) and model.trunk.unembedding is not model.trunk.embed.weight:
         raise RuntimeError("the tied unembedding is no longer the embedding Parameter after loading")
     if optimizer is None:
         return

@@ -77,7 +77,7 @@ def alias_key_groups(model) -> list[list[str]]:
     it with other values holds a broken alias.
     """
     groups = [[f"model.{name}" for name in names] for names in alias_groups(model)]
-    if model.model_cfg.tie_embeddings:
+    if getattr(model.model_cfg, "tie_embeddings", False):  # a HF model lists its tied names itself (alias_groups)
         groups.append(["model.trunk.embed.weight", "model.trunk.unembed"])
     return groups
 

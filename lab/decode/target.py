@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from lab.decode.cache import CacheSet
+from lab.errors import require
 from lab.model.mtp import MTPModel
 
 TRUNK = ("trunk",)
@@ -31,6 +32,7 @@ class CachedModel:
 
     def __init__(self, model: MTPModel):
         self.model = model
+        require(not hasattr(model.trunk, "hf"), "model", "cached decoding (generate, lab-generate) of a transformers trunk (model=hf) is not built yet")
         cfg = model.model_cfg
         target_stacks = {("stack", i) for i in model.head.next_token_stacks()}
         family_of = lambda key: "target" if key == TRUNK or key in target_stacks else "draft"  # noqa: E731

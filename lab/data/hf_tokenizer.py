@@ -32,33 +32,33 @@ class HFTokenizer:
         folder = Path(path).expanduser()
         require(folder.is_dir(), field, f"no such folder: {path} (tokenizers are read from local folders; the hub is unreachable)")
         try:
-            self._tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            self._transformers = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         except (OSError, ValueError, TypeError) as error:
             raise ConfigError(field, f"no tokenizer in {folder} ({str(error).splitlines()[0][:160]})") from None
-        eos = self._tokenizer.eos_token_id
+        eos = self._transformers.eos_token_id
         require(eos is not None, field, f"the tokenizer in {folder} has no EOS token (documents are packed EOS-terminated)")
-        self.vocab_size = len(self._tokenizer)
+        self.vocab_size = len(self._transformers)
         self.eos_id = eos
-        self.bos_id = eos if self._tokenizer.bos_token_id is None else self._tokenizer.bos_token_id
-        self.pad_id = eos if self._tokenizer.pad_token_id is None else self._tokenizer.pad_token_id
-        self.identity = {"kind": "hf", "path": str(folder.resolve()), "vocab_size": self.vocab_size, "sha256": tokenizer_sha256(self._tokenizer)}
+        self.bos_id = eos if self._transformers.bos_token_id is None else self._transformers.bos_token_id
+        self.pad_id = eos if self._transformers.pad_token_id is None else self._transformers.pad_token_id
+        self.identity = {"kind": "hf", "path": str(folder.resolve()), "vocab_size": self.vocab_size, "sha256": tokenizer_sha256(self._transformers)}
 
     @property
     def transformers_tokenizer(self):
-        return self._tokenizer
+        return self._transformers
 
     def encode(self, text: str) -> list[int]:
-        return self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self._transformers(text, add_special_tokens=False)["input_ids"]
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        ids = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        ids = self._transformers(list(texts), add_special_tokens=False)["input_ids"]
         return [np.asarray(row, dtype=np.int32) for row in ids]
 
     def token_byte_lengths(self) -> np.ndarray:
-        pieces = self._tokenizer.batch_decode([[i] for i in range(self.vocab_size)])
+        pieces = self._transformers.batch_decode([[i] for i in range(self.vocab_size)])
         lengths = np.asarray([len(piece.encode("utf-8")) for piece in pieces], dtype=np.int64)
-        lengths[list(set(self._tokenizer.all_special_ids))] = 0
+        lengths[list(set(self._transformers.all_special_ids))] = 0
         return lengths
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._tokenizer.decode([int(i) for i in ids if 0 <= int(i) < self.vocab_size], skip_special_tokens=True)
+        return self._transformers.decode([int(i) for i in ids if 0 <= int(i) < self.vocab_size], skip_special_tokens=True)

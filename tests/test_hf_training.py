@@ -1,0 +1,116 @@
+"""model=hf through the real config, Trainer and CLI: frozen and LoRA training, resume, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from lab.model.lora import merged_copy
+from lab.train import CONF_DIR
+from tests.cli import TINY, lab_train
+from tests.fit_helpers import fit
+from tests.hf_fixtures import write_llama, write_tokenizer
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+NOT_MODEL = [o for o in TINY if not o.startswith("model.")]
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory) -> Path:
+    return write_llama(tmp_path_factory.mktemp("llama"))
+
+
+def hf_cfg(llama_dir: Path, cache_dir: Path, *overrides: str):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("train", overrides=[*NOT_MODEL, "model=hf", f"model.path={llama_dir}", f"paths.cache_dir={cache_dir}", *overrides])
+
+
+def snapshot(module) -> dict[str, torch.Tensor]:
+    return {name: value.clone() for name, value in module.state_dict().items()}
+
+
+def changed(before: dict, after: dict) -> set[str]:
+    return {name for name in before if not torch.equal(before[name], after[name])}
+
+
+def test_frozen_trunk_is_bitwise_unchanged_and_holds_no_optimizer_state(llama_dir, cache_dir, tmp_path):
+    cfg = hf_cfg(llama_dir, cache_dir, "head=medusa", "head.k=3", "head.trunk_grad=frozen", "optim.warmup_steps=1")
+    from lab.train import build
+
+    _, module = build(cfg)
+    before = snapshot(module.model)
+    trainer, module, datamodule = fit(cfg, tmp_path, max_steps=10, every=10)
+    assert trainer.global_step == 10
+    assert datamodule.tokenizer.identity["kind"] == "hf"  # the model's own tokenizer
+    moved = changed(before, snapshot(module.model))
+    assert moved and all(name.startswith("head.") for name in moved)  # the heads learned; nothing else moved
+    assert not module.model.trunk.hf.training  # eval mode all along (no dropout)
+    optimizer = trainer.optimizers[0]
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    assert held == {id(p) for p in module.model.head.parameters()}
+    assert {id(p) for p in optimizer.state} == held
+
+
+def test_lora_trains_adapters_and_heads_only_merges_exactly_and_resumes_bitwise(llama_dir, cache_dir, tmp_path):
+    overrides = ("head=parallel", "head.k=2", "head.trunk_grad=lora", "head.lora.r=4", "optim.warmup_steps=1", "optim.lr=1e-2")
+    cfg = hf_cfg(llama_dir, cache_dir, *overrides)
+    from lab.train import build
+
+    _, fresh = build(cfg)
+    before = snapshot(fresh.model)
+    _, straight, _ = fit(cfg, tmp_path / "straight", max_steps=4, every=4)
+    after = snapshot(straight.model)
+    moved = changed(before, after)
+    assert any("lora_B" in name for name in moved) and any(name.startswith("head.") for name in moved)
+    assert all("lora_" in name or name.startswith("head.") for name in moved), sorted(moved)[:5]
+
+    tokens = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        adapted = straight.model.hf_model.eval()(input_ids=tokens).logits
+        merged = merged_copy(straight.model.trunk).eval()(input_ids=tokens).logits
+    torch.testing.assert_close(merged, adapted, atol=1e-5, rtol=0)
+
+    fit(cfg, tmp_path / "cut", max_steps=2, every=2)
+    _, resumed, _ = fit(cfg, tmp_path / "cut", max_steps=4, every=4, ckpt_path=str(tmp_path / "cut" / "checkpoints" / "last.ckpt"))
+    assert not changed(after, snapshot(resumed.model))  # bitwise the uninterrupted run
+
+
+BAD = {
+    "hub name": (["model.path=someorg/some-model"], "model.path", "hub"),
+    "missing path": (["model.path=/nonexistent/model"], "model.path", "no such folder"),
+    "not a causal LM": (["model.path=null", "model.config={model_type:vit}"], "model.config", "not a causal LM"),
+    "compute_match=blocks": (["head.compute_match=blocks"], "head.compute_match", "allowed: none"),
+    "LoRA target absent": (["head.trunk_grad=lora", "head.lora.target_modules=[nope_proj]"], "head.lora.target_modules", "nope_proj"),
+}
+
+
+# Each case starts the CLI (~10 s idle, more under load): the hub case always runs, the rest with the slow tests.
+@pytest.mark.parametrize("case", [case if case == "hub name" else pytest.param(case, marks=pytest.mark.slow) for case in BAD])
+def test_bad_hf_input_is_one_line_exit_2_and_no_run_folder(case, llama_dir, cache_dir, tmp_path):
+    overrides, field, words = BAD[case]
+    run_dir = tmp_path / "run"
+    out = lab_train(*NOT_MODEL, "model=hf", f"model.path={llama_dir}", "head=parallel", "head.k=2", *overrides,
+                    f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}:") and words in lines[0], lines
+    assert not run_dir.exists()
+
+
+@pytest.mark.slow
+def test_tokenizer_problems_are_refused_in_one_line(tmp_path, cache_dir):
+    no_tokenizer = write_llama(tmp_path / "bare", tokenizer=False)
+    small_model = write_llama(tmp_path / "small", vocab_size=100, tokenizer=False)
+    big_tokenizer = tmp_path / "tok"
+    write_tokenizer(big_tokenizer)
+    for overrides, field, words in (([f"model.path={no_tokenizer}"], "model.path", "no tokenizer"),
+                                    ([f"model.path={small_model}", f"model.tokenizer_path={big_tokenizer}"], "model.tokenizer_path", "only 100")):
+        run_dir = tmp_path / "run"
+        out = lab_train(*NOT_MODEL, "model=hf", *overrides, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}:") and words in lines[0], out.stderr[-2000:]
+        assert not run_dir.exists()

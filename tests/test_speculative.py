@@ -30,6 +30,8 @@ HEADS = {
     "deepseek_d1": ("deepseek", 2, {"depth": 1}),
     "deepseek_d2": ("deepseek", 3, {"depth": 2}),
     "deepseek_d2_shared": ("deepseek", 3, {"depth": 2, "share_depth_weights": True}),
+    "medusa": ("medusa", 4, {"n_layers": 2}),
+    "medusa_replicated": ("medusa", 3, {"unembedding": "replicated"}),
 }
 
 

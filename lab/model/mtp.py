@@ -92,6 +92,9 @@ def build_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) ->
     if isinstance(model_cfg, HFModelConfig):
         require(head_cfg.compute_match == "none", "head.compute_match",
                 f"{head_cfg.compute_match} would drop layers of a pretrained trunk (model=hf); allowed: none")
+        require(head_cfg.init != "copy_last_block", "head.init",
+                "copy_last_block copies a trunk block into a head block of the same class, and a transformers decoder layer "
+                "is not a lab block; allowed on model=hf: random, copy_first_head")
         return build_hf_trunk(model_cfg)
     require(head_cfg.trunk_grad != "lora", "head.trunk_grad", "lora adapts a pretrained trunk: it needs model=hf; allowed here: joint, detached, frozen")
     return Trunk(model_cfg, trunk_layers(model_cfg, head_cfg))

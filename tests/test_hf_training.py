@@ -114,3 +114,26 @@ def test_tokenizer_problems_are_refused_in_one_line(tmp_path, cache_dir):
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}:") and words in lines[0], out.stderr[-2000:]
         assert not run_dir.exists()
+
+
+def test_frozen_and_lora_checkpoints_hold_what_trains_and_refuse_another_base(llama_dir, cache_dir, tmp_path):
+    from lab.checkpoint import build_manifest, load_checkpoint, validate_checkpoint
+    from lab.train import build
+
+    for mode in ("frozen", "lora"):
+        cfg = hf_cfg(llama_dir, cache_dir, "head=medusa", "head.k=2", f"head.trunk_grad={mode}")
+        _, module, datamodule = fit(cfg, tmp_path / mode, max_steps=2, every=2)
+        ckpt = tmp_path / mode / "checkpoints" / "last.ckpt"
+        state = load_checkpoint(ckpt)["state_dict"]
+        trainable = {f"model.{name}" for name, p in module.model.named_parameters() if p.requires_grad}
+        assert set(state) == trainable | {k for k in state if k.startswith("model.head.")}  # heads (+ adapters) only
+        assert not any(k.startswith("model.trunk.hf.") and "lora_" not in k for k in state)
+        base = load_checkpoint(ckpt)["mtp_manifest"]["base"]
+        assert base["path"] == str(llama_dir.resolve()) and set(base["weights_sha256"]) == {"model.safetensors"}
+        validate_checkpoint(ckpt, build_manifest(module, datamodule), module)  # the same base: accepted
+
+    other = write_llama(tmp_path / "other", seed=1)  # same architecture and tokenizer, other weights
+    cfg = hf_cfg(other, cache_dir, "head=medusa", "head.k=2", "head.trunk_grad=lora")
+    datamodule, module = build(cfg)
+    with pytest.raises(Exception, match=r"checkpoint: model.path.*differs"):
+        validate_checkpoint(tmp_path / "lora" / "checkpoints" / "last.ckpt", build_manifest(module, datamodule), module)

@@ -15,6 +15,7 @@ inputs (flash, flex) would silently attend across documents, so they are refused
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,6 +245,7 @@ def build_hf_trunk(cfg: HFModelConfig) -> HFTrunk:
     require(cfg.vocab_size in (None, model_vocab), "model.vocab_size",
             f"the model's vocabulary has {model_vocab} ids, got {cfg.vocab_size}; leave it null")
     cfg.vocab_size = model_vocab
+    trunk.base_identity = base_identity(cfg, trunk.hf)  # checkpoints of frozen / LoRA runs name the base instead of holding it
     return trunk
 
 
@@ -287,3 +289,33 @@ def preflight_hf(model: dict, head_cfg) -> None:
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)
         add_lora_adapters(type("Skeleton", (), {"hf": skeleton})(), head_cfg.lora)
+
+
+WEIGHT_FILE_PATTERNS = ("*.safetensors", "*.bin")
+
+
+def sha256_of_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def base_identity(cfg: HFModelConfig, hf_model: nn.Module) -> dict:
+    """What names the pretrained base exactly: its folder, a sha256 of its config, and of its weights —
+    the weight files on disk for `model.path`, the initial tensors for a config-built (random) model."""
+    config_text = json.dumps(hf_model.config.to_diff_dict(), sort_keys=True, default=str)
+    identity = {"path": None if cfg.path is None else str(Path(cfg.path).expanduser().resolve()),
+                "config_sha256": hashlib.sha256(config_text.encode("utf-8")).hexdigest()}
+    if cfg.path is not None:
+        folder = Path(identity["path"])
+        files = sorted({file for pattern in WEIGHT_FILE_PATTERNS for file in folder.glob(pattern)})
+        identity["weights_sha256"] = {file.name: sha256_of_file(file) for file in files}
+    else:
+        digest = hashlib.sha256()
+        for name, tensor in sorted(hf_model.state_dict().items()):
+            digest.update(name.encode("utf-8"))
+            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        identity["weights_sha256"] = digest.hexdigest()
+    return identity

@@ -52,9 +52,6 @@ class DecodingEval(pl.Callback):
             return
         self._evaluated = True
         model = pl_module.model
-        if hasattr(model.trunk, "hf"):  # cached decoding on transformers' DynamicCache is not built yet (issue 28 item 6)
-            print("decoding evaluation: skipped on model=hf (cached decoding of a transformers trunk is not built yet)")
-            return
         was_training = model.training
         prompts = document_prompts(trainer.datamodule.val_dataloader(), self.n_prompts, self.prompt_tokens)
         if not prompts:

@@ -222,12 +222,19 @@ class HFTrunk(nn.Module):
     def train(self, mode: bool = True):
         return super().train(mode and not self.frozen)
 
-    def forward(self, tokens: torch.Tensor, ctx: HFAttentionContext) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        """[B, S] tokens -> [B, S, d] hidden states before the final norm. Packed rows (training) run without a
+        cache; in decoding `ctx.kv` is the trunk's cache (lab/decode/hf_cache.py) and says how to append to it."""
+        mask = None if ctx.mask is None else self.hf_mask(ctx.mask)
+        if ctx.kv is not None:
+            arguments = ctx.kv.forward_arguments(tokens.shape[1], mask, tokens.device)
+        else:
+            arguments = {"attention_mask": mask, "position_ids": ctx.position_ids, "use_cache": False}
         pre_norm = []
         handle = self.final_norm.module.register_forward_pre_hook(lambda module, args: pre_norm.append(args[0]))
         try:
             with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
-                self.hf.base_model(input_ids=tokens, attention_mask=self.hf_mask(ctx.mask), position_ids=ctx.position_ids, use_cache=False)
+                self.hf.base_model(input_ids=tokens, **arguments)
         finally:
             handle.remove()
         return pre_norm[0]  # [B, S, d], before the final norm

@@ -1,0 +1,65 @@
+"""Decoding on a transformers trunk: its DynamicCache inside the harness's cache transaction."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lab.decode import generate
+from tests.helpers import build_model, horizon_sums, make_batch
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+VOCAB = 37
+HEADS = {
+    "linear": ("linear", 3, {}),
+    "parallel": ("parallel", 3, {}),
+    "causal": ("causal", 3, {}),
+    "deepseek_d2": ("deepseek", 3, {"depth": 2}),
+    "medusa": ("medusa", 4, {"n_layers": 2}),
+    "identity": ("identity", 3, {}),
+}
+
+
+def hf_model(head: str, seed: int = 0):
+    name, k, extra = HEADS.get(head, ("ntp", 1, {}))
+    return build_model(name, k, seed=seed, trunk="hf", layers=2, **extra).double().eval()
+
+
+def fit_counting(model, steps: int = 25, seed: int = 0):
+    """A few Adam steps on counting sequences, so drafts agree often but not always."""
+    g = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        starts, strides = torch.randint(0, VOCAB, (8, 1), generator=g), torch.randint(1, 3, (8, 1), generator=g)
+        tokens = (starts + strides * torch.arange(16)) % VOCAB  # [8, 16]
+        optimizer.zero_grad()
+        sum(horizon_sums(model(make_batch(tokens, torch.zeros_like(tokens))))).backward()
+        optimizer.step()
+    return model.eval()
+
+
+def test_plain_greedy_equals_transformers_generate():
+    model = fit_counting(hf_model("ntp"))
+    hf = model.hf_model
+    for seed, length in ((0, 1), (1, 7)):
+        prompt = torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(seed))
+        ours = generate(model, prompt, 30).tokens
+        theirs = hf.generate(prompt[None], max_new_tokens=30, do_sample=False, eos_token_id=None, pad_token_id=0,
+                             attention_mask=torch.ones(1, length, dtype=torch.long))[0, length:].tolist()
+        assert ours == theirs
+
+
+@pytest.mark.parametrize("head", sorted(HEADS))
+def test_speculative_greedy_equals_plain_greedy(head):
+    model = fit_counting(hf_model(head))
+    accepted = 0
+    for seed, length in ((0, 1), (1, 6)):
+        prompt = torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(seed))
+        plain = generate(model, prompt, 30)
+        spec = generate(model, prompt, 30, speculative=True)
+        assert spec.tokens == plain.tokens, head
+        assert spec.stats["target_forwards"] == spec.stats["rounds"] + 1
+        accepted += sum(spec.stats["accepted_by_position"])
+    assert accepted > 0  # drafts were accepted, so rejected rows were cropped and accepted ones kept

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lab.decode import generate
-from tests.helpers import build_model, horizon_sums, make_batch
+from tests.helpers import build_model
+from tests.test_speculative import fit_counting
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -24,20 +25,6 @@ HEADS = {
 def hf_model(head: str, seed: int = 0):
     name, k, extra = HEADS.get(head, ("ntp", 1, {}))
     return build_model(name, k, seed=seed, trunk="hf", layers=2, **extra).double().eval()
-
-
-def fit_counting(model, steps: int = 25, seed: int = 0):
-    """A few Adam steps on counting sequences, so drafts agree often but not always."""
-    g = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    model.train()
-    for _ in range(steps):
-        starts, strides = torch.randint(0, VOCAB, (8, 1), generator=g), torch.randint(1, 3, (8, 1), generator=g)
-        tokens = (starts + strides * torch.arange(16)) % VOCAB  # [8, 16]
-        optimizer.zero_grad()
-        sum(horizon_sums(model(make_batch(tokens, torch.zeros_like(tokens))))).backward()
-        optimizer.step()
-    return model.eval()
 
 
 def test_plain_greedy_equals_transformers_generate():

@@ -137,3 +137,36 @@ def test_frozen_and_lora_checkpoints_hold_what_trains_and_refuse_another_base(ll
     datamodule, module = build(cfg)
     with pytest.raises(Exception, match=r"checkpoint: model.path.*differs"):
         validate_checkpoint(tmp_path / "lora" / "checkpoints" / "last.ckpt", build_manifest(module, datamodule), module)
+
+
+@pytest.mark.slow
+def test_lab_generate_decodes_a_lora_checkpoint_and_refuses_another_base(llama_dir, cache_dir, tmp_path):
+    import subprocess
+    import sys
+
+    from lab.decode import generate
+    from lab.decode.loading import load_for_generation
+
+    cfg = hf_cfg(llama_dir, cache_dir, "head=medusa", "head.k=3", "head.trunk_grad=lora")
+    _, module, datamodule = fit(cfg, tmp_path / "run", max_steps=2, every=2)
+    loaded = load_for_generation(tmp_path / "run")
+    prompt = torch.tensor(datamodule.tokenizer.encode("def f1(x):"))
+    trained = module.model.eval()
+    assert generate(loaded.model, prompt, 12).tokens == generate(trained, prompt, 12).tokens
+    assert generate(loaded.model, prompt, 12, speculative=True).tokens == generate(trained, prompt, 12).tokens
+
+    out = subprocess.run([sys.executable, "-m", "lab.decode.cli", str(tmp_path / "run"), "--prompt", "def f1(x):", "--max-new-tokens", "8",
+                          "--speculative"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+    # the base folder now holds other weights: refused in one line
+    write_llama(llama_dir.parent / "swapped", seed=3)
+    (llama_dir / "model.safetensors").rename(tmp_path / "kept.safetensors")
+    (llama_dir.parent / "swapped" / "model.safetensors").rename(llama_dir / "model.safetensors")
+    try:
+        out = subprocess.run([sys.executable, "-m", "lab.decode.cli", str(tmp_path / "run"), "--prompt", "x"],
+                             capture_output=True, text=True, timeout=600)
+    finally:
+        (tmp_path / "kept.safetensors").replace(llama_dir / "model.safetensors")
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "model.path" in lines[0] and "another base model" in lines[0], out.stderr[-2000:]

@@ -26,13 +26,25 @@ def drop_base_weights(checkpoint: dict, model) -> None:
         checkpoint["state_dict"] = {key: value for key, value in checkpoint["state_dict"].items() if key not in skipped}
 
 
-def with_base_weights(state: dict, module) -> dict:
-    """A trimmed checkpoint's state completed with this module's own base weights (identity checked by the manifest)."""
-    skipped = base_state_keys(module.model)
+def with_base_weights(state: dict, module, prefix: str = "model.") -> dict:
+    """A trimmed checkpoint's state completed with `module`'s own base weights (identity checked by the manifest).
+    `module`: the LightningModule (keys `model.…`), or the MTPModel itself with `prefix=""`."""
+    model = module.model if prefix else module
+    skipped = {key.removeprefix("model.") if not prefix else key for key in base_state_keys(model)}
     stray = sorted(key for key in skipped if key in state)
     if stray:
-        raise ConfigError("checkpoint", f"state_dict holds base weight {stray[0]} that a {module.model.head_cfg.trunk_grad} run never saves")
+        raise ConfigError("checkpoint", f"state_dict holds base weight {stray[0]} that a {model.head_cfg.trunk_grad} run never saves")
     if not skipped:
         return state
     own = module.state_dict()
     return {**state, **{key: own[key] for key in skipped}}
+
+
+def check_same_base(saved: dict | None, model) -> None:
+    """The checkpoint's base model (its manifest's `base`) is the one `model` was built on; one line otherwise."""
+    built = getattr(model.trunk, "base_identity", None)
+    if saved is None or saved == built:
+        return
+    what = next((key for key in saved if saved.get(key) != (built or {}).get(key)), "base")
+    raise ConfigError("model.path", f"the checkpoint was trained on another base model ({what} differs: "
+                                    f"checkpoint's base at {saved.get('path') or 'a model.config'}); give that model")

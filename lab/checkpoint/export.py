@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 from lab.checkpoint import check_state_aliases, load_checkpoint, plain
 from lab.errors import ConfigError
 from lab.run.files import honour_umask
+from lab.checkpoint.base_model import check_same_base, with_base_weights
 from lab.model.mtp import MTPModel, build_model
 
 RELEASE_FORMAT = 1
@@ -45,8 +46,10 @@ def model_from_checkpoint(checkpoint: dict) -> MTPModel:
     if not isinstance(manifest, dict):
         raise ConfigError("checkpoint", "has no MTP manifest (not written by lab-train)")
     model = build_model(manifest["model"], manifest["head_config"])
+    check_same_base(manifest.get("base"), model)  # a frozen / LoRA checkpoint holds no base weights: they come from model.path
     check_state_aliases(checkpoint["state_dict"], manifest["aliases"])
     state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items()}
+    state = with_base_weights(state, model, prefix="")
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:

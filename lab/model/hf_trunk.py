@@ -112,7 +112,9 @@ def read_config_file(path: str) -> dict:
 def load_hf_model(cfg: HFModelConfig):
     """The transformers model: pretrained weights from `path`, else random weights (torch's RNG)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as transformers_logging
 
+    transformers_logging.disable_progress_bar()  # a per-tensor loading bar on every start: the console line says enough
     config = load_hf_config(cfg)
     options = dict(dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation)
     if cfg.path is not None:

@@ -8,6 +8,8 @@ Parameter gets a second state key) for `merge_and_unload` and adapter saving.
 
 from __future__ import annotations
 
+import warnings
+
 from lab.errors import ConfigError, require
 
 LORA_DEFAULTS = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
@@ -37,7 +39,9 @@ def add_lora_adapters(trunk, values: dict | None) -> None:
     config = LoraConfig(r=settings["r"], lora_alpha=settings["alpha"], lora_dropout=settings["dropout"],
                         target_modules=None if settings["target_modules"] is None else list(settings["target_modules"]))
     try:
-        peft_model = get_peft_model(trunk.hf, config)
+        with warnings.catch_warnings():  # peft calls a transformers method that 5.x marks deprecated
+            warnings.simplefilter("ignore", FutureWarning)
+            peft_model = get_peft_model(trunk.hf, config)
     except ValueError as error:
         names = sorted({name.rsplit(".", 1)[-1] for name, module in trunk.hf.named_modules() if type(module).__name__ in ("Linear", "Conv1D")})
         raise ConfigError("head.lora.target_modules", f"{str(error).splitlines()[0]}; this model's linear modules: {', '.join(names)}") from None

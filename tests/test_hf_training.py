@@ -170,3 +170,65 @@ def test_lab_generate_decodes_a_lora_checkpoint_and_refuses_another_base(llama_d
         (tmp_path / "kept.safetensors").replace(llama_dir / "model.safetensors")
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and "model.path" in lines[0] and "another base model" in lines[0], out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_pretrained_heads_experiment_jobs_compose_and_build(llama_dir):
+
+    import yaml
+    from omegaconf import OmegaConf
+
+    from lab.config.preflight import check_single_run
+    from lab.training.module import MTPLitModule
+
+    params = yaml.safe_load((Path(CONF_DIR).parent / "experiments" / "pretrained_heads.yaml").read_text())["hydra"]["sweeper"]["params"]
+    seen = {}
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        for variant in str(params["variant"]).split(","):
+            cfg = compose("train", overrides=["experiment=pretrained_heads", f"variant={variant}", f"model.path={llama_dir}",
+                                              "paths.output_dir=/tmp/unused"], return_hydra_config=True)
+            check_single_run(cfg)
+            parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("head", "reduction", "weights", "schedule", "optim", "objective")}
+            module = MTPLitModule(model=OmegaConf.to_container(cfg.model, resolve=True), total_steps=10, **parts)
+            head = module.model.head_cfg
+            seen[variant] = (head.name, head.k, head.trunk_grad, head.compute_match)
+    assert seen == {
+        "medusa_frozen": ("medusa", 5, "frozen", "none"), "parallel_frozen": ("parallel", 4, "frozen", "none"),
+        "deepseek_frozen": ("deepseek", 2, "frozen", "none"), "medusa_lora": ("medusa", 5, "lora", "none"),
+        "parallel_lora": ("parallel", 4, "lora", "none"), "deepseek_lora": ("deepseek", 2, "lora", "none"),
+    }
+
+
+@pytest.mark.slow
+def test_export_hf_writes_a_folder_transformers_loads_with_the_same_logits_and_tokenizer(cache_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lab.checkpoint.export import main as lab_export
+
+    config = "{model_type:llama,vocab_size:300,hidden_size:32,intermediate_size:64,num_hidden_layers:2,num_attention_heads:4,num_key_value_heads:2}"
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=[*NOT_MODEL, "model=hf", f"model.config={config}", "data.tokenizer=bpe", "data.vocab_size=300",
+                                          "head=ntp", f"paths.cache_dir={cache_dir}"])
+    _, module, datamodule = fit(cfg, tmp_path / "stage1", max_steps=2, every=2)
+    out = tmp_path / "exported"
+    lab_export([str(tmp_path / "stage1" / "checkpoints" / "last.ckpt"), "--format", "hf", "--out", str(out)])
+    hf = AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    text = "def f3(x):\n    return x"
+    ids = datamodule.tokenizer.encode(text)
+    assert tokenizer(text, add_special_tokens=False)["input_ids"] == ids and tokenizer.eos_token_id == datamodule.tokenizer.eos_id
+    tokens = torch.tensor([ids])
+    with torch.no_grad():
+        ours = module.model.eval().next_token_logits(make_rows(tokens))
+        theirs = hf(input_ids=tokens).logits
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+    # stage 2 reads it as a pretrained base
+    cfg2 = hf_cfg(out, cache_dir, "head=medusa", "head.k=3", "head.trunk_grad=frozen")
+    _, stage2, _ = fit(cfg2, tmp_path / "stage2", max_steps=2, every=2)
+    assert stage2.model.trunk.base_identity["path"] == str(out.resolve())
+
+
+def make_rows(tokens: torch.Tensor) -> dict:
+    from tests.helpers import make_batch
+
+    return make_batch(tokens, torch.zeros_like(tokens))

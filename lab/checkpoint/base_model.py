@@ -1,6 +1,6 @@
 """Checkpoints of frozen and LoRA runs on a pretrained trunk hold only what trains.
 
-The base model's weights never change in those runs, so its state keys stay out of the
+The weights of a base read from model.path never change in those runs, so its state keys stay out of the
 checkpoint; the manifest's `base` entry (path, config and weight sha256) names it instead, and
 resume refuses a checkpoint whose base differs (lab/checkpoint/manifest.py compares it).
 """
@@ -13,8 +13,10 @@ FIXED_BASE_MODES = ("frozen", "lora")
 
 
 def base_state_keys(model) -> set[str]:
-    """LightningModule state keys (`model.…`) of the base weights a frozen or LoRA run never changes; empty otherwise."""
-    if getattr(model.trunk, "base_identity", None) is None or model.head_cfg.trunk_grad not in FIXED_BASE_MODES:
+    """LightningModule state keys (`model.…`) of the base weights a frozen or LoRA run never changes; empty otherwise
+    (and for a random-weight base built from model.config, which no folder could give back)."""
+    identity = getattr(model.trunk, "base_identity", None)
+    if identity is None or identity["path"] is None or model.head_cfg.trunk_grad not in FIXED_BASE_MODES:
         return set()
     trainable = {name for name, param in model.named_parameters() if param.requires_grad}
     return {f"model.{name}" for name in model.state_dict() if name.startswith("trunk.hf.") and name not in trainable}
@@ -43,7 +45,7 @@ def with_base_weights(state: dict, module, prefix: str = "model.") -> dict:
 def check_same_base(saved: dict | None, model) -> None:
     """The checkpoint's base model (its manifest's `base`) is the one `model` was built on; one line otherwise."""
     built = getattr(model.trunk, "base_identity", None)
-    if saved is None or saved == built:
+    if saved is None or saved == built or not base_state_keys(model):  # base weights stored in the checkpoint itself
         return
     what = next((key for key in saved if saved.get(key) != (built or {}).get(key)), "base")
     raise ConfigError("model.path", f"the checkpoint was trained on another base model ({what} differs: "

@@ -32,6 +32,7 @@ from lab.checkpoint import check_state_aliases, load_checkpoint, plain
 from lab.errors import ConfigError
 from lab.run.files import honour_umask
 from lab.checkpoint.base_model import check_same_base, with_base_weights
+from lab.checkpoint.export_hf import check_out_folder
 from lab.model.mtp import MTPModel, build_model
 
 RELEASE_FORMAT = 1
@@ -115,8 +116,7 @@ def sha256_file(path: Path) -> str:
 def export(ckpt: str | os.PathLike, out: str | os.PathLike, keep_heads: bool = False) -> dict:
     """Write the release folder `out` (all or nothing); returns release.json's content."""
     ckpt, out = Path(ckpt), Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError("--out", f"{out} exists and is not an empty folder; choose a new one")
+    check_out_folder(out)
     checkpoint = load_checkpoint(ckpt)
     full = model_from_checkpoint(checkpoint)
     state = full.state_dict()
@@ -192,8 +192,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("ckpt", help="checkpoint file (e.g. <run dir>/checkpoints/last.ckpt)")
     parser.add_argument("--out", required=True, help="release folder to create (must not exist or be empty)")
     parser.add_argument("--keep-heads", action="store_true", help="keep the auxiliary MTP heads (speculative decoding)")
+    parser.add_argument("--format", choices=("lab", "hf"), default="lab",
+                        help="lab: the harness's release folder; hf: a model=hf run's trunk as a Hugging Face folder (save_pretrained + tokenizer)")
     args = parser.parse_args(argv)
     try:
+        if args.format == "hf":
+            from lab.checkpoint.export_hf import export_hf
+
+            check_out_folder(Path(args.out))
+            checkpoint = load_checkpoint(args.ckpt)
+            export_hf(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
+            print(f"hf folder: {args.out} (AutoModelForCausalLM.from_pretrained reads it; model=hf model.path={args.out})")
+            return
         record = export(args.ckpt, args.out, keep_heads=args.keep_heads)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

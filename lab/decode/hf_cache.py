@@ -31,7 +31,7 @@ class HFTrunkCache:
     def forward_arguments(self, n_rows: int, mask: torch.Tensor | None, device) -> dict:
         """What the HF base model takes to append `n_rows` rows after the cached ones (positions continue)."""
         start = self.length
-        return {"past_key_values": self.dynamic, "use_cache": True, "attention_mask": mask,
+        return {"cache": self.dynamic, "use_cache": True, "attention_mask": mask,
                 "position_ids": torch.arange(start, start + n_rows, device=device)[None]}  # [1, n]
 
     def commit(self, n: int | None = None) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,6 +231,8 @@ class HFTrunk(nn.Module):
         mask = None if ctx.mask is None else self.hf_mask(ctx.mask)
         if ctx.kv is not None:
             arguments = ctx.kv.forward_arguments(tokens.shape[1], mask, tokens.device)
+            if "cache" not in inspect.signature(self.hf.base_model.forward).parameters:  # families still on the pre-5.24 name
+                arguments["past_key_values"] = arguments.pop("cache")
         else:
             arguments = {"attention_mask": mask, "position_ids": ctx.position_ids, "use_cache": False}
         pre_norm = []

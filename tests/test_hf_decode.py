@@ -54,23 +54,11 @@ def test_speculative_greedy_equals_plain_greedy(head):
 
 @pytest.mark.slow
 def test_speculative_sampling_keeps_the_law_on_a_transformers_trunk():
+    """Rejected drafts are cropped from the DynamicCache often here; the output law stays exact."""
     from lab.model.mtp import build_model as build
     from tests.helpers import hf_llama_config
-    from tests.test_generate import chi_square_p_value
-    from tests.test_speculative import exact_law
+    from tests.test_speculative import assert_speculative_law
 
-    vocab, n, samples = 4, 3, 2000
     torch.manual_seed(5)
-    model = build({"name": "hf", "config": hf_llama_config(vocab=vocab, d_model=8)}, {"name": "parallel", "k": 3}).double().eval()
-    prompt = [1, 3, 0, 2]
-    law = exact_law(model, prompt, n, 1.0, vocab)
-    cells = list(law)
-    generator = torch.Generator().manual_seed(0)
-    counts = torch.zeros(len(cells), dtype=torch.float64)
-    rejections = 0
-    for _ in range(samples):
-        out = generate(model, torch.tensor(prompt), n, temperature=1.0, speculative=True, generator=generator)
-        counts[cells.index(tuple(out.tokens))] += 1
-        rejections += sum(p - a for p, a in zip(out.stats["proposed_by_position"], out.stats["accepted_by_position"]))
-    assert rejections > samples // 4  # rejected drafts were cropped from the DynamicCache often
-    assert chi_square_p_value(counts, torch.tensor([law[c] for c in cells], dtype=torch.float64)) > 1e-3
+    model = build({"name": "hf", "config": hf_llama_config(vocab=4, d_model=8)}, {"name": "parallel", "k": 3}).double().eval()
+    assert_speculative_law(model, vocab=4)

@@ -41,11 +41,19 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.cost import cost_table, format_cost_table
     from lab.training.module import MTPLitModule
 
+    from lab.data import TASKS
+    from lab.model.hf_trunk import tokenizer_options
+    from lab.model.mtp import check_vocabulary, fill_vocab_size
+
     check_config(cfg)
     pl.seed_everything(cfg.seed, workers=True)
-    datamodule = build_datamodule(OmegaConf.to_container(cfg.data, resolve=True))
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    model_cfg["vocab_size"] = model_cfg["vocab_size"] or datamodule.vocab_size
+    # model=hf: the model's own tokenizer on whatever data source
+    data_options = OmegaConf.to_container(cfg.data, resolve=True)
+    if data_options.get("source") not in TASKS:  # synthetic tasks keep their symbol tokenizer
+        data_options.update(tokenizer_options(model_cfg))
+    datamodule = build_datamodule(data_options)
+    fill_vocab_size(model_cfg, datamodule.vocab_size)
     module = MTPLitModule(
         model=model_cfg,
         head=OmegaConf.to_container(cfg.head, resolve=True),
@@ -57,6 +65,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         objective=OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None,
     )
     datamodule.setup("fit")
+    check_vocabulary(module.model, datamodule.tokenizer.vocab_size)
     if cfg.get("init_from"):
         from lab.checkpoint.init_from import load_parent_weights
 

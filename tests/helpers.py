@@ -50,13 +50,25 @@ def model_config(n_layers: int = 2, tie: bool = True, vocab: int = VOCAB, d_mode
     return ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=2, mlp_ratio=2, tie_embeddings=tie, init_std=0.2)
 
 
-def build_model(name: str, k: int = 1, *, seed: int = 0, layers: int = 2, tie: bool = True, **head) -> MTPModel:
+def hf_llama_config(vocab: int = VOCAB, d_model: int = D_MODEL, n_layers: int = 2, tie: bool = False) -> dict:
+    """A tiny transformers Llama (random weights) as `model.config`."""
+    return {"model_type": "llama", "vocab_size": vocab, "hidden_size": d_model, "intermediate_size": 2 * d_model,
+            "num_hidden_layers": n_layers, "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": tie,
+            "initializer_range": 0.2}
+
+
+def build_model(name: str, k: int = 1, *, seed: int = 0, layers: int = 2, tie: bool = True, trunk: str = "gpt", **head) -> MTPModel:
     """A tiny MTPModel with `layers` = model.n_layers; `head` holds extra head-config fields (depth, trunk_grad, ...).
 
     `compute_match` defaults to `next_token_path` here (not the config's `blocks`), so that
-    2-layer models can carry K block heads.
+    2-layer models can carry K block heads. `trunk="hf"`: a tiny transformers Llama of the same
+    width, vocabulary and depth is the trunk (its layers are never dropped: compute_match none).
     """
     torch.manual_seed(seed)
+    if trunk == "hf":
+        from lab.model.mtp import build_model as build
+
+        return build({"name": "hf", "config": hf_llama_config(n_layers=layers, tie=tie)}, {"name": name, "k": k, **head, "compute_match": "none"})
     return MTPModel(model_config(layers, tie), head_config({"name": name, "k": k, "compute_match": "next_token_path", **head}))
 
 

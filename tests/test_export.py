@@ -20,6 +20,7 @@ HEADS = {
     "linear": ["head=linear", "head.k=3"],
     "linear_replicated": ["head=linear", "head.k=2", "head.unembedding=replicated"],
     "deepseek_bpe": ["head=deepseek", "head.depth=2", "data.tokenizer=bpe", "data.vocab_size=300"],
+    "medusa_replicated": ["head=medusa", "head.k=3", "head.unembedding=replicated"],  # horizon 1 keeps the trunk's lm_head
 }
 
 

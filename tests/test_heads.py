@@ -24,7 +24,12 @@ CASES = {
     "anticausal": dict(name="anticausal", k=3, layers=4),
     "deepseek": dict(name="deepseek", k=3, depth=2),
     "deepseek_shared": dict(name="deepseek", k=3, depth=2, share_depth_weights=True),
+    "medusa": dict(name="medusa", k=3, n_layers=2),
+    "medusa_replicated": dict(name="medusa", k=3, unembedding="replicated"),
 }
+# The transformers trunk (a tiny Llama of the same width, vocabulary and depth: tests/helpers.py) runs the
+# packing, hole and causality tests too.
+TRUNKS = ["gpt", "hf"]
 MTP_CASES = [c for c in CASES if c != "ntp"]
 
 
@@ -268,9 +273,10 @@ def test_deepseek_depth_modules_own_their_gradients(trunk_grad):
 # ---------------------------------------------------------------- 3. packing isolation
 
 
+@pytest.mark.parametrize("trunk", TRUNKS)
 @pytest.mark.parametrize("trunk_grad", ["joint", "detached"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_perturbing_document_a_leaves_document_b_logits(case, trunk_grad):
+def test_perturbing_document_a_leaves_document_b_logits(case, trunk_grad, trunk):
     """Row 0 = A(5) B(6) pad; row 1 = B(6) A(5) pad. Perturb every token of A in both rows."""
     g = torch.Generator().manual_seed(7)
     a, b = torch.randint(1, VOCAB, (5,), generator=g), torch.randint(1, VOCAB, (6,), generator=g)
@@ -279,7 +285,7 @@ def test_perturbing_document_a_leaves_document_b_logits(case, trunk_grad):
     a2 = a % (VOCAB - 1) + 1
     batch = make_batch(torch.stack([torch.cat([a, b, pad]), torch.cat([b, a, pad])]), segs)
     changed = make_batch(torch.stack([torch.cat([a2, b, pad]), torch.cat([b, a2, pad])]), segs)
-    model = case_model(case, trunk_grad=trunk_grad)
+    model = case_model(case, trunk_grad=trunk_grad, trunk=trunk)
     with torch.no_grad():
         before, after = model(batch), model(changed)
     for h0, h1 in zip(before, after):
@@ -296,8 +302,9 @@ def test_perturbing_document_a_leaves_document_b_logits(case, trunk_grad):
         assert (l1[0, :4] - l0[0, :4])[h0.mask[0, :4]].abs().max() > 1e-4
 
 
+@pytest.mark.parametrize("trunk", TRUNKS)
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_hole_token_never_reaches_a_supervised_row(case):
+def test_a_hole_token_never_reaches_a_supervised_row(case, trunk):
     """Token 4 is a hole (active False inside the document): its id must not change any supervised logit."""
     tokens = torch.randint(1, VOCAB, (1, 12), generator=torch.Generator().manual_seed(5))
     active = torch.ones(1, 12, dtype=torch.bool)
@@ -305,7 +312,7 @@ def test_a_hole_token_never_reaches_a_supervised_row(case):
     batch = {**make_batch(tokens, [[0] * 12]), "active": active}
     changed = tokens.clone()
     changed[0, 4] = tokens[0, 4] % (VOCAB - 1) + 1
-    model = case_model(case)
+    model = case_model(case, trunk=trunk)
     with torch.no_grad():
         before, after = model(batch), model({**batch, "tokens": changed})
     for h0, h1 in zip(before, after):
@@ -314,12 +321,13 @@ def test_a_hole_token_never_reaches_a_supervised_row(case):
         torch.testing.assert_close(l1[h0.mask], l0[h0.mask], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("trunk", TRUNKS)
 @pytest.mark.parametrize("case", list(CASES))
-def test_horizon_rows_labels_masks_and_no_future_leak(case):
+def test_horizon_rows_labels_masks_and_no_future_leak(case, trunk):
     """Horizon k: labels tokens[t+k], the label compiler's mask, and row t sees tokens ≤ t (+ DeepSeek teachers ≤ t+k-1)."""
     batch = packed_batch()
     batch["active"][0, 2] = False  # a hole: the endpoint and interval rules now differ
-    model = case_model(case)
+    model = case_model(case, trunk=trunk)
     horizons = model(batch)
     assert [h.k for h in horizons] == list(range(1, model.k + 1))
     for h in horizons:
@@ -499,7 +507,9 @@ def test_alias_contract(case, tie):
     assert not any(isinstance(m, nn.Embedding) for m in model.head.modules())  # no copied embedding
     for horizon in model(packed_batch()):
         assert horizon.norm is model.trunk.final_norm
-        if "replicated" in case:
+        if case == "medusa_replicated":  # Medusa: horizon 1 is the trunk's own lm_head, horizons ≥ 2 own a copy
+            assert horizon.weight is (model.trunk.unembedding if horizon.k == 1 else model.head.projections[horizon.k - 2])
+        elif "replicated" in case:
             assert horizon.weight is model.head.projections[horizon.k - 1]
         else:
             assert horizon.weight is model.trunk.unembedding

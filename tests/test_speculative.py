@@ -30,6 +30,8 @@ HEADS = {
     "deepseek_d1": ("deepseek", 2, {"depth": 1}),
     "deepseek_d2": ("deepseek", 3, {"depth": 2}),
     "deepseek_d2_shared": ("deepseek", 3, {"depth": 2, "share_depth_weights": True}),
+    "medusa": ("medusa", 4, {"n_layers": 2}),
+    "medusa_replicated": ("medusa", 3, {"unembedding": "replicated"}),
 }
 
 
@@ -113,8 +115,11 @@ def exact_law(model, prompt: list[int], n: int, temperature: float, vocab: int) 
 
 @pytest.mark.parametrize("head", ["parallel", "deepseek_d2"])
 def test_speculative_sampling_keeps_the_law_of_plain_sampling(head):
-    vocab, n, samples = 4, 3, 2000
-    model = model64(head, seed=5, vocab=vocab, d_model=8)
+    assert_speculative_law(model64(head, seed=5, vocab=4, d_model=8), vocab=4)
+
+
+def assert_speculative_law(model, vocab: int, n: int = 3, samples: int = 2000) -> None:
+    """Speculative sampling at temperature 1 draws the first n tokens with the exact plain law (chi-square)."""
     prompt = [1, 3, 0, 2]
     law = exact_law(model, prompt, n, 1.0, vocab)
     cells = list(law)

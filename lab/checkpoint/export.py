@@ -31,6 +31,8 @@ from safetensors.torch import load_file, save_file
 from lab.checkpoint import check_state_aliases, load_checkpoint, plain
 from lab.errors import ConfigError
 from lab.checkpoint.files import honour_umask
+from lab.checkpoint.base_model import check_same_base, with_base_weights
+from lab.checkpoint.export_hf import check_out_folder
 from lab.model.mtp import MTPModel, build_model
 
 RELEASE_FORMAT = 1
@@ -45,8 +47,10 @@ def model_from_checkpoint(checkpoint: dict) -> MTPModel:
     if not isinstance(manifest, dict):
         raise ConfigError("checkpoint", "has no MTP manifest (not written by lab-train)")
     model = build_model(manifest["model"], manifest["head_config"])
+    check_same_base(manifest.get("base"), model)  # a frozen / LoRA checkpoint holds no base weights: they come from model.path
     check_state_aliases(checkpoint["state_dict"], manifest["aliases"])
     state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items()}
+    state = with_base_weights(state, model, prefix="")
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:
@@ -112,8 +116,7 @@ def sha256_file(path: Path) -> str:
 def export(ckpt: str | os.PathLike, out: str | os.PathLike, keep_heads: bool = False) -> dict:
     """Write the release folder `out` (all or nothing); returns release.json's content."""
     ckpt, out = Path(ckpt), Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError("--out", f"{out} exists and is not an empty folder; choose a new one")
+    check_out_folder(out)
     checkpoint = load_checkpoint(ckpt)
     full = model_from_checkpoint(checkpoint)
     state = full.state_dict()
@@ -189,8 +192,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("ckpt", help="checkpoint file (e.g. <run dir>/checkpoints/last.ckpt)")
     parser.add_argument("--out", required=True, help="release folder to create (must not exist or be empty)")
     parser.add_argument("--keep-heads", action="store_true", help="keep the auxiliary MTP heads (speculative decoding)")
+    parser.add_argument("--format", choices=("lab", "hf"), default="lab",
+                        help="lab: the harness's release folder; hf: a model=hf run's trunk as a Hugging Face folder (save_pretrained + tokenizer)")
     args = parser.parse_args(argv)
     try:
+        if args.format == "hf":
+            from lab.checkpoint.export_hf import export_hf
+
+            check_out_folder(Path(args.out))
+            checkpoint = load_checkpoint(args.ckpt)
+            export_hf(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
+            print(f"hf folder: {args.out} (AutoModelForCausalLM.from_pretrained reads it; model=hf model.path={args.out})")
+            return
         record = export(args.ckpt, args.out, keep_heads=args.keep_heads)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

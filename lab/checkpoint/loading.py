@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from lab.checkpoint.base_model import with_base_weights
 from lab.checkpoint.manifest import alias_key_groups, compare_manifests
 from lab.errors import ConfigError
 
@@ -117,8 +118,9 @@ def validate_checkpoint(path: str | os.PathLike, expected: dict, module) -> dict
     if not isinstance(manifest, dict):
         raise ConfigError("checkpoint", f"{path} has no MTP manifest (not written by lab-train); refusing to resume from it")
     compare_manifests(manifest, expected)
-    check_state_aliases(checkpoint["state_dict"], expected["aliases"])
-    check_state_keys(checkpoint["state_dict"], module)
+    state = with_base_weights(checkpoint["state_dict"], module)  # frozen / LoRA runs save what trains only
+    check_state_aliases(state, expected["aliases"])
+    check_state_keys(state, module)
     return checkpoint
 
 
@@ -134,7 +136,7 @@ def verify_restored(module, optimizer=None, groups: list[list[str]] | None = Non
         objects = {id(named[name]) for name in group if name in named}
         if len(objects) > 1:
             raise RuntimeError(f"alias group {group} is no longer one Parameter after loading")
-    if model.model_cfg.tie_embeddings and model.trunk.unembedding is not model.trunk.embed.weight:
+    if getattr(model.model_cfg, "tie_embeddings", False) and model.trunk.unembedding is not model.trunk.embed.weight:
         raise RuntimeError("the tied unembedding is no longer the embedding Parameter after loading")
     if optimizer is None:
         return

@@ -42,6 +42,7 @@ CHECKED_FIELDS = {
     "k": "head.k",
     "depth": "head.depth",
     "head_config": "head",
+    "base": "model.path",
     "tokenizer": "tokenizer",
     "corpus_fingerprint": "data.corpus_fingerprint",
     "model": "model",
@@ -91,7 +92,7 @@ def alias_key_groups(model) -> list[list[str]]:
     it with other values holds a broken alias.
     """
     groups = [[f"model.{name}" for name in names] for names in alias_groups(model)]
-    if model.model_cfg.tie_embeddings:
+    if getattr(model.model_cfg, "tie_embeddings", False):  # a HF model lists its tied names itself (alias_groups)
         groups.append(["model.trunk.embed.weight", "model.trunk.unembed"])
     return groups
 
@@ -109,6 +110,8 @@ def build_manifest(module, datamodule=None) -> dict:
         "head_config": plain(model.head_cfg),
         "offsets": list(model.head.offsets),
         "model": plain(model.model_cfg),
+        # model=hf: the pretrained base's identity (lab/model/hf_trunk.py base_identity); None for the GPT
+        "base": getattr(model.trunk, "base_identity", None),
         "horizons": horizon_map(model),
         "aliases": alias_key_groups(model),
         "weights": plain(hp.weights),
@@ -181,6 +184,9 @@ def with_later_defaults(saved: dict) -> dict:
         saved["offsets"] = list(range(1, k + 1))
     if isinstance(saved.get("head_config"), dict) and "offsets" not in saved["head_config"]:
         saved["head_config"] = {**saved["head_config"], "offsets": None}
+    if isinstance(saved.get("head_config"), dict) and "lora" not in saved["head_config"]:
+        saved["head_config"] = {**saved["head_config"], "lora": None}
+    saved.setdefault("base", None)  # written before pretrained trunks existed: the harness's own GPT
     saved.setdefault("target", {"target": "data", "mix_alpha": 0.5})
     return saved
 

@@ -57,7 +57,7 @@ def check_config(cfg: DictConfig) -> None:
     from lab.data import check_data_config
     from lab.model.compile import split_compile_option
     from lab.model.heads import head_config
-    from lab.model.mtp import model_config, trunk_layers
+    from lab.model.mtp import head_defaults_for, model_config, trunk_layers
     from lab.objective.objective import Objective
 
     def plain(group: str) -> dict:
@@ -65,10 +65,15 @@ def check_config(cfg: DictConfig) -> None:
 
     check_run_config(cfg)
     data = check_data_config(plain("data"))  # local files: exist and are not empty
-    head = head_config(plain("head"))
     model, _ = split_compile_option(plain("model"))
-    model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
-    trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
+    head = head_config(head_defaults_for(model, plain("head")))
+    if model.get("name") == "hf":
+        from lab.model.hf_trunk import preflight_hf
+
+        preflight_hf(model, head)  # config, tokenizer, compute matching, LoRA targets: no weights loaded
+    else:
+        model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
+        trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
     objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
     Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)
     check_horizons_fit(head.k, data.seq_len, head.offsets)

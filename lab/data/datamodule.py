@@ -58,6 +58,7 @@ class DataConfig:
     text_field: str = "text"
     tokenizer: str = "byte"
     vocab_size: int | None = None
+    tokenizer_path: str | None = None  # data.tokenizer=hf: the tokenizer's local folder (model=hf sets both)
     seq_len: int = 128
     batch_size: int = 16
     val_fraction: float = 0.05
@@ -159,6 +160,7 @@ class LMDataModule(RowsDataModule):
         text_field: str = "text",
         tokenizer: str = "byte",
         vocab_size: int | None = None,
+        tokenizer_path: str | None = None,
         seq_len: int = 128,
         batch_size: int = 16,
         val_fraction: float = 0.05,
@@ -212,7 +214,7 @@ class LMDataModule(RowsDataModule):
             streaming=config.streaming,
         )
         tokenizer = build_tokenizer(
-            config.tokenizer, config.vocab_size, _iter_texts(corpus.train), self.cache_dir, corpus.fingerprint
+            config.tokenizer, config.vocab_size, _iter_texts(corpus.train), self.cache_dir, corpus.fingerprint, config.tokenizer_path
         )
         if config.streaming:
             self._prepared = self._prepare_streaming(corpus, tokenizer)
@@ -257,6 +259,8 @@ class LMDataModule(RowsDataModule):
     @property
     def vocab_size(self) -> int:
         """Known from the config alone, so a model can be built before setup()."""
+        if self.config.tokenizer == "hf":
+            return self.tokenizer.vocab_size if self._prepared is not None else None  # the model's vocabulary rules
         return self.config.vocab_size if self.config.tokenizer == "bpe" else ByteTokenizer.vocab_size
 
     @property

@@ -22,7 +22,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from lab.errors import ConfigError, require
 
-TOKENIZER_KINDS = ("byte", "bpe")
+TOKENIZER_KINDS = ("byte", "bpe", "hf")  # hf: a pretrained model's own (lab/data/hf_tokenizer.py, set by model=hf)
 N_BYTES = 256
 N_SPECIALS = 3  # BOS, EOS, PAD
 BYTE_VOCAB_SIZE = N_BYTES + N_SPECIALS
@@ -195,6 +195,13 @@ def tokenizer_from_identity(identity: dict, bpe_json: str | None = None) -> Toke
         return SymbolTokenizer(identity["symbols"])
     if kind == "bpe" and bpe_json:
         return BPETokenizer(hf.Tokenizer.from_str(bpe_json), identity["vocab_size"])
+    if kind == "hf":
+        from lab.data.hf_tokenizer import HFTokenizer
+
+        tokenizer = HFTokenizer(identity["path"], "tokenizer")
+        require(tokenizer.identity["sha256"] == identity.get("sha256"), "tokenizer",
+                f"the tokenizer at {identity['path']} is not the one the run used (sha256 differs)")
+        return tokenizer
     return None
 
 
@@ -206,6 +213,9 @@ def check_tokenizer_config(kind: str, vocab_size: int | None) -> None:
     """Cheap checks, run at DataModule construction so the CLI fails before any work."""
     if kind not in TOKENIZER_KINDS:
         raise ConfigError("data.tokenizer", f"unknown {kind!r}; allowed: {', '.join(TOKENIZER_KINDS)}")
+    if kind == "hf":
+        require(vocab_size is None, "data.vocab_size", f"the hf tokenizer has its own vocabulary; leave it null, got {vocab_size}")
+        return
     if kind == "byte":
         require(
             vocab_size is None or vocab_size == ByteTokenizer.vocab_size,
@@ -231,6 +241,7 @@ def build_tokenizer(
     train_texts: Iterable[str],
     cache_dir: str | os.PathLike | None,
     fingerprint: str,
+    tokenizer_path: str | None = None,
 ) -> Tokenizer:
     """A byte tokenizer, or a BPE loaded from `cache_dir` or trained on `train_texts` and cached.
 
@@ -239,6 +250,11 @@ def build_tokenizer(
     check_tokenizer_config(kind, vocab_size)
     if kind == "byte":
         return ByteTokenizer()
+    if kind == "hf":
+        from lab.data.hf_tokenizer import HFTokenizer
+
+        require(tokenizer_path is not None, "data.tokenizer_path", "data.tokenizer=hf needs the tokenizer's local folder")
+        return HFTokenizer(tokenizer_path)
     if cache_dir is None:
         return BPETokenizer.train(train_texts, vocab_size)
     cached = bpe_cache_path(cache_dir, fingerprint, vocab_size)

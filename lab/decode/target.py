@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from lab.decode.cache import CacheSet
+from lab.decode.hf_cache import use_transformers_cache
 from lab.model.mtp import MTPModel
 
 TRUNK = ("trunk",)
@@ -31,10 +32,12 @@ class CachedModel:
 
     def __init__(self, model: MTPModel):
         self.model = model
-        cfg = model.model_cfg
+        cfg = model.trunk.cfg  # head stacks' width, heads and rotary base (a HF trunk derives them from its config)
         target_stacks = {("stack", i) for i in model.head.next_token_stacks()}
         family_of = lambda key: "target" if key == TRUNK or key in target_stacks else "draft"  # noqa: E731
         self.caches = CacheSet(cfg.d_model // cfg.n_heads, cfg.rope_base, family_of)
+        if hasattr(model.trunk, "hf"):  # model=hf: the trunk keeps transformers' own DynamicCache
+            use_transformers_cache(self.caches, TRUNK)
         self.device = next(model.parameters()).device
 
     @property

@@ -36,8 +36,9 @@ def block_forward_flops(cfg: ModelConfig, rows: int) -> int:
 
 def forward_flops_per_sequence(model, seq_len: int) -> int:
     """Forward matmul FLOPs of an `MTPModel`'s trunk, head and K vocabulary projections for one sequence."""
-    cfg = model.model_cfg
-    trunk = len(model.trunk.blocks) * block_forward_flops(cfg, seq_len)
+    cfg = model.trunk.cfg  # the GPT's config, or the one a HF trunk's width and vocabulary give
+    trunk_flops = getattr(model.trunk, "forward_flops", None)  # a HF trunk counts its own layers
+    trunk = trunk_flops(seq_len) if trunk_flops is not None else len(model.trunk.blocks) * block_forward_flops(cfg, seq_len)
     projections = sum(2 * (seq_len - o) * cfg.d_model * cfg.vocab_size for o in model.head.offsets)  # [S-o_k, d] @ [d, V]
     return trunk + model.head.forward_flops(seq_len, cfg) + projections
 

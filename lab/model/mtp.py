@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from lab.errors import require
 from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class, head_config
+from lab.model.hf_trunk import HFModelConfig, build_hf_trunk, check_tokenizer_fits
 from lab.model.trunk import ModelConfig, Trunk
 from lab.schema import typed
 
@@ -42,11 +43,14 @@ def trunk_layers(model_cfg: ModelConfig, head_cfg: HeadConfig) -> int:
     return n
 
 
-def model_config(values: Mapping | ModelConfig) -> ModelConfig:
-    """The typed, checked trunk config; fields left out take the `model` group's defaults."""
-    if isinstance(values, ModelConfig):
+def model_config(values: Mapping | ModelConfig | HFModelConfig) -> ModelConfig | HFModelConfig:
+    """The typed, checked trunk config; fields left out take the `model` group's defaults.
+    `name: hf` selects a Hugging Face causal LM (lab/model/hf_trunk.py); the GPT config has no name."""
+    hf = isinstance(values, HFModelConfig) or (isinstance(values, Mapping) and values.get("name") == "hf")
+    config_class = HFModelConfig if hf else ModelConfig
+    if dataclasses.is_dataclass(values):
         values = dataclasses.asdict(values)
-    cfg = typed(ModelConfig, values, "model")
+    cfg = typed(config_class, values, "model", owner="model=hf" if hf else "the model group")
     cfg.validate()
     return cfg
 
@@ -56,7 +60,41 @@ def build_model(model: Mapping, head: Mapping) -> "MTPModel":
 
     `build_model({"vocab_size": 13, "d_model": 32}, {"name": "deepseek", "depth": 2})`
     """
-    return MTPModel(model_config(model), head_config(head))
+    model_cfg = model_config(model)
+    return MTPModel(model_cfg, head_config(head_defaults_for(model_cfg, head)))
+
+
+def head_defaults_for(model_cfg, head: Mapping) -> dict:
+    """`head.compute_match` left null (or out) is `none` on a pretrained trunk: its layers are never dropped."""
+    head = dict(head)
+    if isinstance(model_cfg, HFModelConfig) or (isinstance(model_cfg, Mapping) and model_cfg.get("name") == "hf"):
+        if head.get("compute_match") is None:
+            head["compute_match"] = "none"
+    return head
+
+
+def fill_vocab_size(model: dict, vocab_size: int) -> dict:
+    """The GPT's vocabulary follows the tokenizer when the config leaves it null; a HF model has its own."""
+    if model.get("name") != "hf":
+        model["vocab_size"] = model.get("vocab_size") or vocab_size
+    return model
+
+
+def check_vocabulary(model: "MTPModel", tokenizer_vocab: int) -> None:
+    """Every token id the tokenizer makes has a row in the model's embedding."""
+    check_tokenizer_fits(tokenizer_vocab, model.trunk.cfg.vocab_size)
+
+
+def build_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) -> nn.Module:
+    if isinstance(model_cfg, HFModelConfig):
+        require(head_cfg.compute_match == "none", "head.compute_match",
+                f"{head_cfg.compute_match} would drop layers of a pretrained trunk (model=hf); allowed: none")
+        require(head_cfg.init != "copy_last_block", "head.init",
+                "copy_last_block copies a trunk block into a head block of the same class, and a transformers decoder layer "
+                "is not a lab block; allowed on model=hf: random, copy_first_head")
+        return build_hf_trunk(model_cfg)
+    require(head_cfg.trunk_grad != "lora", "head.trunk_grad", "lora adapts a pretrained trunk: it needs model=hf; allowed here: joint, detached, frozen")
+    return Trunk(model_cfg, trunk_layers(model_cfg, head_cfg))
 
 
 class MTPModel(nn.Module):
@@ -65,12 +103,22 @@ class MTPModel(nn.Module):
     def __init__(self, model_cfg: ModelConfig, head_cfg: HeadConfig):
         super().__init__()
         self.model_cfg, self.head_cfg = model_cfg, head_cfg
-        self.trunk = Trunk(model_cfg, trunk_layers(model_cfg, head_cfg))
-        self.head = head_class(head_cfg.name)(head_cfg, model_cfg)
+        self.trunk = build_trunk(model_cfg, head_cfg)
+        self.head = head_class(head_cfg.name)(head_cfg, self.trunk.cfg)  # head blocks take the trunk's width and heads
         self.head.initialize(self.trunk)
         if head_cfg.trunk_grad == "frozen":
             freeze_trunk(self)
+        if head_cfg.trunk_grad == "lora":
+            from lab.model.lora import add_lora_adapters
+
+            add_lora_adapters(self.trunk, head_cfg.lora)
         check_alias_contract(self)
+
+    @property
+    def hf_model(self) -> nn.Module:
+        """The transformers model itself (same Parameters) when `model=hf`."""
+        require(hasattr(self.trunk, "hf"), "model", "hf_model exists for model=hf only")
+        return self.trunk.hf
 
     @property
     def k(self) -> int:
@@ -104,6 +152,7 @@ def freeze_trunk(model: MTPModel) -> None:
     """`head.trunk_grad=frozen`: trunk blocks, embedding, final norm and unembedding take no gradient
     (so the optimizer holds no state for them); only the head's own Parameters train."""
     model.trunk.requires_grad_(False)
+    model.trunk.frozen = True  # a HF trunk also runs without graph, in eval mode
     require(any(p.requires_grad for p in model.parameters()), "head.trunk_grad",
             f"frozen leaves head={model.head_cfg.name} nothing to train (it has no parameters of its own); allowed: joint, detached")
 
@@ -120,17 +169,24 @@ def check_alias_contract(model: MTPModel) -> None:
     """Shared parts are the trunk's own Parameters, and each Parameter is listed once."""
     shared = model.shared_parts()
     assert shared.embed is model.trunk.embed and shared.unembedding is model.trunk.unembedding
-    if model.model_cfg.tie_embeddings:
+    if getattr(model.model_cfg, "tie_embeddings", False):
         assert model.trunk.unembedding is model.trunk.embed.weight, "tied unembedding must be the embedding Parameter"
     unique = list(model.parameters())
     assert len({id(p) for p in unique}) == len(unique), "a Parameter is listed twice"
+
+
+def final_norm_parameters(trunk: nn.Module) -> list[nn.Parameter]:
+    """The final norm's Parameters (a HF LayerNorm has a bias too)."""
+    norm = trunk.final_norm
+    return list(getattr(norm, "module", norm).parameters())
 
 
 def parameter_table(model: MTPModel) -> dict:
     """Transformer blocks by place, and parameter counts by owner: trunk, head-private, shared
     (embedding, final norm, unembedding). `blocks_head` counts block applications per token
     (DeepSeek depths that share weights still run D blocks)."""
-    shared_ids = {id(p) for p in (model.trunk.embed.weight, model.trunk.final_norm.weight, model.trunk.unembedding)}
+    shared_ids = {id(p) for p in (model.trunk.embed.weight, model.trunk.unembedding)}
+    shared_ids |= {id(p) for p in final_norm_parameters(model.trunk)}
     count = lambda params: sum(p.numel() for p in params)  # noqa: E731
     trunk_blocks = [p for p in model.trunk.blocks.parameters()]
     head_private = [p for p in model.head.parameters() if id(p) not in shared_ids]

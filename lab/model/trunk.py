@@ -50,7 +50,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        return self.normalize(x, self.weight)
+
+    def normalize(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The norm with `weight` in place of its own (the objective passes detached leaves); a HF final norm has the same method."""
+        return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
 
 
 @dataclass

@@ -39,9 +39,9 @@ def supervised_rows(horizon) -> tuple[torch.Tensor, torch.Tensor]:
     return horizon.hidden[horizon.mask], horizon.labels[horizon.mask]  # [N_k, d], [N_k]
 
 
-def project(rows: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor) -> torch.Tensor:
-    """[N, d] -> [N, V] logits through the final norm and the projection."""
-    return F.linear(F.rms_norm(rows, (rows.shape[-1],), norm_weight, eps), weight)  # [N, V]
+def project(rows: torch.Tensor, norm, norm_weight: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """[N, d] -> [N, V] logits through the final norm (`norm` with `norm_weight` in place) and the projection."""
+    return F.linear(norm.normalize(rows, norm_weight), weight)  # [N, V]
 
 
 def horizon_loss(rows, labels, horizon, norm_weight=None, weight=None):
@@ -49,7 +49,7 @@ def horizon_loss(rows, labels, horizon, norm_weight=None, weight=None):
     (optionally with leaf weights)."""
     norm_weight = horizon.norm.weight if norm_weight is None else norm_weight
     weight = horizon.weight if weight is None else weight
-    logits = project(rows, norm_weight, horizon.norm.eps, weight)  # [N_k, V]
+    logits = project(rows, horizon.norm, norm_weight, weight)  # [N_k, V]
     teacher_rows = None if horizon.teacher is None else teacher_rows_of(horizon)  # [N_k, d]
     loss_sum = target_loss_sum(logits, labels, horizon, teacher_rows)
     return loss_sum, top1_hits(logits.detach(), labels).sum()
@@ -126,7 +126,7 @@ class ChunkedSchedule(SequentialSchedule):
     def horizon_sum(self, leaf_rows, labels, horizon, norm_leaf, weight_leaf):
         if labels.numel() == 0:
             return (leaf_rows.sum() + 0.0 * norm_leaf.sum() + 0.0 * weight_leaf.sum()), None
-        normed = F.rms_norm(leaf_rows, (leaf_rows.shape[-1],), norm_leaf, horizon.norm.eps)  # [N_k, d]
+        normed = horizon.norm.normalize(leaf_rows, norm_leaf)  # [N_k, d]
         options = self.options if torch.is_grad_enabled() and leaf_rows.requires_grad else None
         return F.linear_cross_entropy(normed, weight_leaf, labels, reduction="sum", options=options), None
 
@@ -154,7 +154,7 @@ def evaluate_horizons(horizons) -> HorizonStats:
     sums, hits, counts, row_correct, row_argmax = [], [], [], [], []
     for horizon in horizons:
         rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
-        logits = project(rows, horizon.norm.weight, horizon.norm.eps, horizon.weight)  # [N_k, V]
+        logits = project(rows, horizon.norm, horizon.norm.weight, horizon.weight)  # [N_k, V]
         hit = top1_hits(logits, labels)  # [N_k]
         grid = torch.zeros_like(horizon.mask)  # [B, S-k]
         grid[horizon.mask] = hit

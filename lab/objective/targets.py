@@ -59,7 +59,7 @@ def attach_teachers(horizons: list[Horizon], cfg: TargetConfig) -> list[Horizon]
     for horizon in horizons[1:]:
         o, rows = horizon.offset, horizon.hidden.shape[1]  # rows = S - o
         teacher_rows = first.hidden[:, o - 1 : o - 1 + rows].detach()  # [B, S-o, d]: next-token row t+o-1 predicts t+o
-        teacher = Teacher(teacher_rows, first.norm.weight.detach(), first.norm.eps, first.weight.detach(), ce_weight, kl_weight)
+        teacher = Teacher(teacher_rows, first.norm.weight.detach(), first.norm, first.weight.detach(), ce_weight, kl_weight)
         out.append(dataclasses.replace(horizon, mask=supervised_mask(horizon.mask, first.mask, o, cfg), teacher=teacher))
     return out
 
@@ -80,7 +80,7 @@ def teacher_rows_of(horizon: Horizon) -> torch.Tensor:
 @torch.no_grad()
 def teacher_log_probs(teacher: Teacher, rows: torch.Tensor) -> torch.Tensor:
     """[N, d] teacher rows -> [N, V] log-probabilities of the next-token path (no graph)."""
-    normed = F.rms_norm(rows, (rows.shape[-1],), teacher.norm_weight, teacher.eps)  # [N, d]
+    normed = teacher.norm.normalize(rows, teacher.norm_weight)  # [N, d]
     return F.log_softmax(F.linear(normed, teacher.weight).float(), dim=-1)  # [N, V]
 
 

@@ -15,6 +15,7 @@ import pytorch_lightning as pl
 import torch
 
 from lab.training.cadence import logs_this_step
+from lab.checkpoint.base_model import drop_base_weights, with_base_weights
 from lab.checkpoint import (
     build_manifest,
     collect_rng_states_of_every_rank,
@@ -126,6 +127,10 @@ class MTPLitModule(pl.LightningModule):
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         checkpoint["mtp_manifest"] = build_manifest(self, datamodule)
         checkpoint["mtp_tokenizer"] = tokenizer_payload(datamodule)
+        drop_base_weights(checkpoint, self.model)  # a frozen / LoRA run's base is named by the manifest, not stored
+
+    def load_state_dict(self, state_dict, strict: bool = True, **kwargs):
+        return super().load_state_dict(with_base_weights(state_dict, self), strict=strict, **kwargs)
 
     def on_load_checkpoint(self, checkpoint):
         state = checkpoint.get("mtp_state", {})

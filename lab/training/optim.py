@@ -16,6 +16,7 @@ class OptimConfig:
     warmup_steps: int = 30
     min_lr_ratio: float = 0.1
     grad_clip: float | None = 1.0  # max global gradient norm; None: no clipping
+    head_lr_multiplier: float = 1.0  # the head's own Parameters learn at lr × this (Medusa-2 uses 4)
 
     def __post_init__(self) -> None:
         # Values are torch's to check (`optim.lr=-1` fails in fit as torch words it).
@@ -39,13 +40,16 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, 
     """
     matrices = matrix_parameters(model) if matrices is None else matrices
     trainable = [p for p in model.parameters() if p.requires_grad]  # a frozen trunk gets no optimizer state
-    decay = [p for p in trainable if id(p) in matrices]
-    no_decay = [p for p in trainable if id(p) not in matrices]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=cfg.betas,
-    )
+    # With multiplier 1 the two groups of old checkpoints (decay, no decay) stay exactly as they were.
+    head = {id(p) for p in model.head.parameters()} if hasattr(model, "head") and cfg.head_lr_multiplier != 1 else set()
+    groups = []
+    for owner_lr, owned in ((cfg.lr, [p for p in trainable if id(p) not in head]),
+                            (cfg.lr * cfg.head_lr_multiplier, [p for p in trainable if id(p) in head])):
+        decay = [p for p in owned if id(p) in matrices]
+        no_decay = [p for p in owned if id(p) not in matrices]
+        groups += [{"params": decay, "weight_decay": cfg.weight_decay, "lr": owner_lr}, {"params": no_decay, "weight_decay": 0.0, "lr": owner_lr}]
+    groups = groups[:2] + [group for group in groups[2:] if group["params"]]
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
     warmup = max(1, int(cfg.warmup_steps))
     floor = cfg.min_lr_ratio
 

@@ -17,6 +17,7 @@ from lab.model.heads.causal import CausalHead
 from lab.model.heads.deepseek import DeepSeekConfig, DeepSeekHead
 from lab.model.heads.identity import IdentityHead
 from lab.model.heads.linear import LinearHead
+from lab.model.heads.medusa import MedusaHead
 from lab.model.heads.ntp import NextTokenHead
 from lab.model.heads.parallel import ParallelHead
 from lab.model.trunk import Block
@@ -29,6 +30,7 @@ HEADS: dict[str, type[MTPHead]] = {
     "anticausal": AnticausalHead,
     "deepseek": DeepSeekHead,
     "identity": IdentityHead,
+    "medusa": MedusaHead,
 }
 
 # Every transformer unit of trunk and heads: what FSDP wraps and `model.compile` compiles.
@@ -60,6 +62,10 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
     """The typed, checked config of head `values["name"]` (default `ntp`); fields left out take their defaults."""
     if isinstance(values, HeadConfig):
         values = {f: getattr(values, f) for f in values.__dataclass_fields__}
+    if values.get("compute_match", "") is None:  # null: the trunk's default (blocks; model=hf sets none first)
+        values = {key: value for key, value in values.items() if key != "compute_match"}
+    if values.get("trunk_grad") != "lora":  # LoRA settings mean nothing otherwise (and stay out of manifests)
+        values = {**values, "lora": None}
     return head_class(values.get("name", "ntp")).build_config(dict(values))
 
 

@@ -25,8 +25,9 @@ UNEMBEDDINGS = ("shared", "replicated")
 COMPUTE_MATCHES = ("blocks", "next_token_path", "none")  # see lab/model/mtp.py: trunk_layers
 INITS = ("random", "copy_last_block", "copy_first_head")
 # detached: horizons ≥ 2 send the trunk no gradient; frozen: trunk, embedding, final norm and
-# unembedding get no gradient at all and no optimizer state (heads trained on a fixed model).
-TRUNK_GRADS = ("joint", "detached", "frozen")
+# unembedding get no gradient at all and no optimizer state (heads trained on a fixed model);
+# lora: a pretrained trunk (model=hf) stays fixed except its LoRA adapters (head.lora), which every horizon trains.
+TRUNK_GRADS = ("joint", "detached", "frozen", "lora")
 
 
 @dataclass
@@ -42,6 +43,7 @@ class HeadConfig:
     init: str = "random"
     trunk_grad: str = "joint"
     offsets: list[int] | None = None  # horizon k predicts tokens[t + offsets[k-1]]; None: [1..K]
+    lora: dict | None = None  # trunk_grad=lora: r, alpha, dropout, target_modules (lab/model/lora.py)
 
     def validate(self) -> None:
         require(isinstance(self.k, int) and self.k >= 1, "head.k", f"must be an integer ≥ 1, got {self.k}")
@@ -56,6 +58,10 @@ class HeadConfig:
                 raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
         if self.offsets is not None:
             check_offsets(list(self.offsets), self.k)
+        if self.trunk_grad == "lora":
+            from lab.model.lora import lora_settings
+
+            lora_settings(self.lora)
 
     @property
     def horizon_offsets(self) -> tuple[int, ...]:
@@ -82,7 +88,7 @@ class Teacher:
 
     rows: torch.Tensor  # [B, S-o, d] detached horizon-1 rows t+o-1 (before the final norm)
     norm_weight: torch.Tensor  # [d] detached final-norm weight of horizon 1
-    eps: float
+    norm: RMSNorm  # the final norm (its `normalize` takes the detached weight)
     weight: torch.Tensor  # [V, d] detached horizon-1 projection
     ce_weight: float  # the data label's share of the per-row loss
     kl_weight: float  # the distilled distribution's share
@@ -230,7 +236,7 @@ class MTPHead(nn.Module):
 
     def extra_horizon_input(self, trunk_hidden: torch.Tensor) -> torch.Tensor:
         """The trunk state that horizons ≥ 2 see: detached when the trunk must get no MTP gradient."""
-        return trunk_hidden if self.cfg.trunk_grad == "joint" else trunk_hidden.detach()
+        return trunk_hidden if self.cfg.trunk_grad in ("joint", "lora") else trunk_hidden.detach()
 
     def endpoint(self, k: int, rows: torch.Tensor, batch: dict, shared: SharedParts) -> Horizon:
         """Full-length rows [B, S, d] of horizon k under the endpoint rule at its offset."""

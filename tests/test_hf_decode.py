@@ -1,0 +1,64 @@
+"""Decoding on a transformers trunk: its DynamicCache inside the harness's cache transaction."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lab.decode import generate
+from tests.helpers import build_model
+from tests.test_speculative import fit_counting
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+VOCAB = 37
+HEADS = {
+    "linear": ("linear", 3, {}),
+    "parallel": ("parallel", 3, {}),
+    "causal": ("causal", 3, {}),
+    "deepseek_d2": ("deepseek", 3, {"depth": 2}),
+    "medusa": ("medusa", 4, {"n_layers": 2}),
+    "identity": ("identity", 3, {}),
+}
+
+
+def hf_model(head: str, seed: int = 0):
+    name, k, extra = HEADS.get(head, ("ntp", 1, {}))
+    return build_model(name, k, seed=seed, trunk="hf", layers=2, **extra).double().eval()
+
+
+def test_plain_greedy_equals_transformers_generate():
+    model = fit_counting(hf_model("ntp"))
+    hf = model.hf_model
+    for seed, length in ((0, 1), (1, 7)):
+        prompt = torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(seed))
+        ours = generate(model, prompt, 30).tokens
+        theirs = hf.generate(prompt[None], max_new_tokens=30, do_sample=False, eos_token_id=None, pad_token_id=0,
+                             attention_mask=torch.ones(1, length, dtype=torch.long))[0, length:].tolist()
+        assert ours == theirs
+
+
+@pytest.mark.parametrize("head", sorted(HEADS))
+def test_speculative_greedy_equals_plain_greedy(head):
+    model = fit_counting(hf_model(head))
+    accepted = 0
+    for seed, length in ((0, 1), (1, 6)):
+        prompt = torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(seed))
+        plain = generate(model, prompt, 30)
+        spec = generate(model, prompt, 30, speculative=True)
+        assert spec.tokens == plain.tokens, head
+        assert spec.stats["target_forwards"] == spec.stats["rounds"] + 1
+        accepted += sum(spec.stats["accepted_by_position"])
+    assert accepted > 0  # drafts were accepted, so rejected rows were cropped and accepted ones kept
+
+
+@pytest.mark.slow
+def test_speculative_sampling_keeps_the_law_on_a_transformers_trunk():
+    """Rejected drafts are cropped from the DynamicCache often here; the output law stays exact."""
+    from lab.model.mtp import build_model as build
+    from tests.helpers import hf_llama_config
+    from tests.test_speculative import assert_speculative_law
+
+    torch.manual_seed(5)
+    model = build({"name": "hf", "config": hf_llama_config(vocab=4, d_model=8)}, {"name": "parallel", "k": 3}).double().eval()
+    assert_speculative_law(model, vocab=4)

@@ -73,6 +73,14 @@ def select_mtp_one(p, q, y, bonus_p, u, sample: Callable[[list[float]], int], *,
     }
 
 
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The law after a rejected draw from q: the normalised positive part of p − q ([V] each)."""
+    positive = (p - q).clamp_min(0.0)  # [V]: where the target has more mass than the draw's law
+    mass = positive.sum()
+    # mass > 0 whenever a rejection can happen (p(y) < q(y)); equal p and q reject only by rounding.
+    return positive / mass if mass > 0 else p
+
+
 def accept_tree(buffer: ProposalBuffer, target_logits: torch.Tensor, chooser: TokenChooser) -> tuple[list[int], int]:
     """(accepted path: node ids from the root's child down, the token after it: correction or bonus).
 
@@ -103,10 +111,7 @@ def accept_tree(buffer: ProposalBuffer, target_logits: torch.Tensor, chooser: To
             y, q = buffer.tokens[child], buffer.candidate_probs[shape.depths[child] - 1][shape.ranks[child]]  # q: [V]
             if draws.accept(min(1.0, (p[y] / q[y]).item())):
                 break
-            residual = (p - q).clamp_min(0.0)  # [V]: where the target has more mass than this draw's law
-            mass = residual.sum()
-            # mass > 0 whenever a rejection can happen (p(y) < q(y)); equal p and q reject only by rounding.
-            p = residual / mass if mass > 0 else p
+            p = residual(p, q)
         else:
             return path, draws.sample(p)  # every child failed (or a leaf: p is its target law, the bonus)
         node = child

@@ -102,6 +102,7 @@ class Decoder:
             "emitted_by_round": [], "proposed_by_round": [], "accepted_by_round": [], "stopped_by_round": [],
             "prefill_time_s": 0.0, "draft_time_s": 0.0, "verify_time_s": 0.0,
             "tree_nodes": 0,  # draft nodes verified, all rounds
+            "accepted_beyond_top1": 0,  # rounds whose accepted path took a candidate of rank ≥ 1 (a tree's gain over the chain)
             # where a round's time goes: the target forward, the draft blocks, and everything else
             # (projections of drafts, candidate choice, acceptance, cache commits, bookkeeping)
             "time_split_s": {"target_forward": 0.0, "draft_blocks": 0.0, "outside_blocks": 0.0},
@@ -171,6 +172,7 @@ class Decoder:
         self.stats["verify_time_s"] += seconds + time.perf_counter() - start
         self.after_pass(result, [0, *path])  # the frontier's row and the accepted path's rows
         accepted_tokens = buffer.path_tokens(path)
+        self.stats["accepted_beyond_top1"] += any(buffer.shape.ranks[node] for node in path)
         tokens += [frontier, *accepted_tokens]
         record_top1(self.stats, len(out) - 1, buffer.path_tokens(_rank0_path(buffer.shape)))
         return self.emit(out, accepted_tokens, following, remaining, m, buffer.shape.size - 1)

@@ -227,3 +227,15 @@ def test_measured_path_agreement_lies_inside_its_frechet_bounds(temperature, fit
         assert bounds["lower"] - 1e-12 <= bounds["all"] <= bounds["upper"] + 1e-12
         # Counted by hand from the output: position 1's rank-0 draft agrees with the emitted token at least as often as all three do.
         assert out.stats["top1_match_by_position"][0] >= out.stats["top1_all_match"]
+
+
+def test_tree_for_budget_adds_the_most_likely_nodes_first():
+    from lab.decode.tree import tree_for_budget
+
+    # a = [0.5, 0.5]: node values (0,) .5, (1,) .25, (0,0) .25, (2,) .125, (0,1) .125, (1,0) .125 …
+    shape = tree_for_budget([0.5, 0.5], 3)
+    assert sorted(shape.rank_paths[1:]) == [(0,), (0, 0), (1,)]
+    assert tree_for_budget([0.9, 0.9, 0.9], 3) == TreeShape.chain(3)  # confident heads: a chain
+    assert tree_for_budget([0.1, 0.1], 3) == tree_shape([3])  # unsure heads: a wide first level
+    wide = tree_for_budget([0.6, 0.4, 0.3], 20)
+    assert wide.size - 1 == 20 and TreeShape.from_paths(wide.rank_paths[1:]) == wide  # rank-closed (from_paths checks)

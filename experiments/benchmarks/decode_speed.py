@@ -18,7 +18,7 @@ the per-prompt paired speedups. Continuations with < 20 % distinct 4-grams are d
     python -m experiments.benchmarks.decode_speed --skip-cache-part --runs outputs/a outputs/b --prompts 16 --new-tokens 128
     python -m experiments.benchmarks.decode_speed --quick              # seconds-long smoke run
 
-Part 3 (trees, with --runs and --trees "4,3,2;2,2,2"): for each run with independent heads,
+Part 3 (trees, with --runs and --trees "4,3,2;2,2,2;auto:16"): for each run with independent heads,
 the speculative chain against each draft tree on the same prompts: tokens per target forward
 (the tree's gain), path acceptance with the Fréchet bounds of the per-position top-1
 agreement, tree nodes per round, rounds that accepted a candidate of rank ≥ 1, and the
@@ -169,12 +169,37 @@ def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int,
           f"   (all prompts incl. degenerate: {greedy_all[1]:.2f}; sampling T=1 clean: {sampled[1]:.2f})")
 
 
-def tree_vs_chain(run_dir: Path, prompts: list[list[int]], new_tokens: int, trees: list[list[int]], temperature: float, eos: int | None) -> list[list]:
+def run_agreement(run_dir: Path, k: int) -> list[float]:
+    """The run's last logged `val/agree/h{2..k}` (metrics.csv)."""
+    import csv
+
+    last: dict[str, float] = {}
+    with open(run_dir / "metrics.csv") as handle:
+        for row in csv.DictReader(handle):
+            last.update({key: float(value) for key, value in row.items() if key.startswith("val/agree/h") and value})
+    return [last[f"val/agree/h{h}"] for h in range(2, k + 1)]
+
+
+def tree_modes(run_dir: Path, model, trees: list[str]) -> dict:
+    """{label: tree}: widths "4,3,2", or "auto:N" = the best N-node tree for the run's measured agreement."""
+    from lab.decode.tree import tree_for_budget
+
+    modes: dict = {"chain": None}
+    for spec in trees:
+        if spec.startswith("auto:"):
+            agreement = run_agreement(run_dir, model.k)
+            modes[f"{spec} (a={','.join(f'{a:.2f}' for a in agreement)})"] = tree_for_budget(agreement, int(spec[5:]))
+        else:
+            modes[spec] = [int(w) for w in spec.split(",")]
+    return modes
+
+
+def tree_vs_chain(run_dir: Path, prompts: list[list[int]], new_tokens: int, trees: list[str], temperature: float, eos: int | None) -> list[list]:
     """Rows: the chain, then each tree, over the prompts whose continuation (in that mode) is not degenerate."""
     from lab.decode.tree import frechet, path_acceptance
 
     model = load_for_generation(run_dir).model
-    modes = {"chain": None, **{",".join(map(str, t)): t for t in trees}}
+    modes = tree_modes(run_dir, model, trees)
     stats: dict[str, list[dict]] = {name: [] for name in modes}
     for i, prompt in enumerate(prompts):
         names = list(modes) if i % 2 == 0 else list(modes)[::-1]  # alternate the order: load drift spreads over modes
@@ -199,7 +224,7 @@ def tree_vs_chain(run_dir: Path, prompts: list[list[int]], new_tokens: int, tree
     return rows
 
 
-def tree_report(run_dirs: list[Path], trees: list[list[int]], n_prompts: int, prompt_tokens: int, new_tokens: int) -> None:
+def tree_report(run_dirs: list[Path], trees: list[str], n_prompts: int, prompt_tokens: int, new_tokens: int) -> None:
     headers = ["run", "drafts", "clean prompts", "tokens/forward", "vs chain", "nodes/round", "path accept", "top-1 all (Fréchet)",
                "rank≥1 accepted/round", "rate vs chain", "ms/round target/draft/outside"]
     best = {}
@@ -229,7 +254,8 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--spec-repeats", type=int, default=3, help="timed runs per prompt and mode (speculative part)")
     parser.add_argument("--skip-cache-part", action="store_true")
-    parser.add_argument("--trees", default=None, help='draft trees to compare with the chain, e.g. "4,3,2;2,2,2" (needs --runs)')
+    parser.add_argument("--trees", default=None,
+                        help='draft trees to compare with the chain, e.g. "4,3,2;2,2,2;auto:16" (auto:N = N nodes from the run\'s val/agree; needs --runs)')
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     new_tokens, repeats = (16, 2) if args.quick else (args.new_tokens, args.repeats)
@@ -238,8 +264,7 @@ def main() -> None:
     if args.runs:
         speculative_report(args.runs, args.prompts, args.prompt_tokens, args.new_tokens, 1 if args.quick else args.spec_repeats)
     if args.runs and args.trees:
-        trees = [[int(w) for w in tree.split(",")] for tree in args.trees.split(";")]
-        tree_report(args.runs, trees, args.prompts, args.prompt_tokens, args.new_tokens)
+        tree_report(args.runs, args.trees.split(";"), args.prompts, args.prompt_tokens, args.new_tokens)
 
 
 if __name__ == "__main__":

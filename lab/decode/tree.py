@@ -16,6 +16,7 @@ A chain of m drafts is the tree of widths [1] * m.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass
 from functools import cached_property
@@ -100,6 +101,29 @@ class TreeShape:
         return self if len(keep) == self.size else TreeShape.from_paths(keep)
 
 
+def tree_for_budget(agreement: list[float], nodes: int) -> TreeShape:
+    """The draft tree of at most `nodes` candidates with the largest expected accepted length (Medusa's calibration).
+
+    agreement[j]: the measured top-1 agreement of the head at draft position j + 1 (the run's
+    `val/agree/h{j+2}`). Assumed: rank r at position j is right with probability a_j (1 − a_j)^r
+    (the measured top-1 rate, geometric below it) and positions are independent, so a node's
+    value is the product along its path and the expected accepted length is the sum over nodes.
+    Nodes are added best-first; a node's next sibling or first child becomes a candidate only
+    once it is in, so the tree stays rank-closed.
+    """
+    agreement = [min(max(a, 1e-6), 1 - 1e-6) for a in agreement]  # a value of 0 would stop the product updates below
+    value = lambda j, r: agreement[j] * (1.0 - agreement[j]) ** r  # noqa: E731
+    paths, frontier = [], [(-value(0, 0), (0,))]
+    while frontier and len(paths) < nodes:
+        negative, path = heapq.heappop(frontier)
+        paths.append(path)
+        j = len(path) - 1
+        heapq.heappush(frontier, (negative / value(j, path[-1]) * value(j, path[-1] + 1), path[:-1] + (path[-1] + 1,)))  # next sibling
+        if j + 1 < len(agreement):
+            heapq.heappush(frontier, (negative * value(j + 1, 0), path + (0,)))  # first child
+    return TreeShape.from_paths(paths)
+
+
 def tree_shape(spec) -> TreeShape:
     """`[4, 3, 2]` (widths per draft position) or `[(0,), (0, 1), (1, 0)]` (rank paths) -> TreeShape."""
     if isinstance(spec, TreeShape):
@@ -152,18 +176,18 @@ def ranked_candidates(logits: torch.Tensor, widths, chooser) -> tuple[list[list[
         ids, logp = top.indices.tolist(), (top.values - logits[:m].logsumexp(-1, keepdim=True)).tolist()  # one host sync each
         return [row[:w] for row, w in zip(ids, widths)], [None] * m, [row[:w] for row, w in zip(logp, widths)]
     probs = chooser.probs(logits[:m])  # [m, V] float64
+    support = (probs > 0).sum(-1).tolist()  # [m]: tokens a draw can still reach (one host sync)
     tokens, laws, scores = [], [], []
     for j, width in enumerate(widths):
         q, drawn, law = probs[j], [], []
-        for _ in range(width):
-            if not q.sum() > 0:
-                break  # support exhausted
+        for _ in range(min(width, support[j])):
             token = chooser.draws.sample(q)
             drawn.append(token), law.append(q)
             q = q.clone()
             q[token] = 0.0
-            q = q / q.sum() if q.sum() > 0 else q  # [V]: the law of the next draw
-        tokens.append(drawn), laws.append(torch.stack(law)), scores.append([float(l[t].log()) for l, t in zip(law, drawn)])
+            q = q / q.sum()  # [V]: the law of the next draw (mass is left: fewer draws than support)
+        law = torch.stack(law)  # [b_j, V]
+        tokens.append(drawn), laws.append(law), scores.append(law[range(len(drawn)), drawn].log().tolist())
     return tokens, laws, scores
 
 

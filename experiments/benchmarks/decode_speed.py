@@ -169,26 +169,32 @@ def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int,
           f"   (all prompts incl. degenerate: {greedy_all[1]:.2f}; sampling T=1 clean: {sampled[1]:.2f})")
 
 
-def run_agreement(run_dir: Path, k: int) -> list[float]:
-    """The run's last logged `val/agree/h{2..k}` (metrics.csv)."""
+def run_agreement(run_dir: Path, model, prompts: list[list[int]], new_tokens: int, eos: int | None) -> tuple[list[float], str]:
+    """Per-horizon top-1 agreement a_2..a_K: the run's last logged `val/agree/h{k}` (metrics.csv), or, when the
+    run logged none, the rank-0 drafts' agreement with greedy chain decoding of the prompts."""
     import csv
+
+    from lab.decode.tree import frechet
 
     last: dict[str, float] = {}
     with open(run_dir / "metrics.csv") as handle:
         for row in csv.DictReader(handle):
-            last.update({key: float(value) for key, value in row.items() if key.startswith("val/agree/h") and value})
-    return [last[f"val/agree/h{h}"] for h in range(2, k + 1)]
+            last.update({key: float(value) for key, value in row.items() if key and key.startswith("val/agree/h") and value})
+    if all(f"val/agree/h{h}" in last for h in range(2, model.k + 1)):
+        return [last[f"val/agree/h{h}"] for h in range(2, model.k + 1)], "val/agree"
+    runs = [generate(model, torch.tensor(p), new_tokens, speculative=True, eos=eos).stats for p in prompts]
+    return frechet(merge(runs))["per_position"], "greedy chain"
 
 
-def tree_modes(run_dir: Path, model, trees: list[str]) -> dict:
+def tree_modes(run_dir: Path, model, trees: list[str], prompts, new_tokens: int, eos: int | None) -> dict:
     """{label: tree}: widths "4,3,2", or "auto:N" = the best N-node tree for the run's measured agreement."""
     from lab.decode.tree import tree_for_budget
 
     modes: dict = {"chain": None}
     for spec in trees:
         if spec.startswith("auto:"):
-            agreement = run_agreement(run_dir, model.k)
-            modes[f"{spec} (a={','.join(f'{a:.2f}' for a in agreement)})"] = tree_for_budget(agreement, int(spec[5:]))
+            agreement, source = run_agreement(run_dir, model, prompts, new_tokens, eos)
+            modes[f"{spec} (a={','.join(f'{a:.2f}' for a in agreement)}, {source})"] = tree_for_budget(agreement, int(spec[5:]))
         else:
             modes[spec] = [int(w) for w in spec.split(",")]
     return modes
@@ -199,7 +205,7 @@ def tree_vs_chain(run_dir: Path, prompts: list[list[int]], new_tokens: int, tree
     from lab.decode.tree import frechet, path_acceptance
 
     model = load_for_generation(run_dir).model
-    modes = tree_modes(run_dir, model, trees)
+    modes = tree_modes(run_dir, model, trees, prompts, new_tokens, eos)
     stats: dict[str, list[dict]] = {name: [] for name in modes}
     for i, prompt in enumerate(prompts):
         names = list(modes) if i % 2 == 0 else list(modes)[::-1]  # alternate the order: load drift spreads over modes
@@ -211,7 +217,7 @@ def tree_vs_chain(run_dir: Path, prompts: list[list[int]], new_tokens: int, tree
     rows, chain = [], None
     for name, runs in stats.items():
         if not runs:
-            rows.append([run_dir.name, name, 0, *[""] * 7])
+            rows.append([run_dir.name, name, 0, *[""] * 8])
             continue
         merged = merge(runs)
         led, bounds = ledger(merged), frechet(merged)

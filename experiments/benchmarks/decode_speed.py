@@ -141,7 +141,7 @@ def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int,
           f"prompts: first ≤{prompt_tokens} tokens of held-out documents")
     best = {}
     headers = ["run", "head", "prompts", "distinct4", "tokens/forward", "accept by position", "mean R", "ledger S", "measured S",
-               "paired S median [IQR]", "greedy match", "ms/round target/draft/outside", "plain ms/step"]
+               "paired S median [IQR]", "greedy match", "ms/round target/draft/outside", "plain forward ms/step"]
     for temperature, label in ((1.0, "sampling T=1.0 (headline)"), (0.0, "greedy")):
         rows = []
         for run_dir in run_dirs:

@@ -57,11 +57,18 @@ class IndependentHeads:
         last = rows[-1]  # the last row the target commits
         if self.head.drafts_reuse_next_token_logits:
             self.next_logits = target_pass.logits[last].expand(self.model.k - 1, -1)  # [K-1, V]
+            return
+        start = time.perf_counter()
+        if self.head.drafts_read_trunk_rows and len(rows) < target_pass.hidden.shape[0]:
+            # Rows were rejected (siblings, or drafts after a mismatch): run the draft stacks on the
+            # committed rows' trunk states only, as one causal chunk.
+            path_hidden = target_pass.hidden[rows][None]  # [1, a, d]
+            draft_rows = self.drafter(path_hidden, None, self.state.caches.contexts(len(rows), path_hidden.device))  # [G, a, d]
+            last, rows = len(rows) - 1, list(range(len(rows)))
         else:
-            start = time.perf_counter()
             draft_rows = self.drafter(target_pass.hidden[None], target_pass.more_horizons, target_pass.ctx_for)  # [G, n, d]
-            self.draft_blocks_s += time.perf_counter() - start
-            self.next_logits = self.draft_logits(draft_rows[:, last])  # [K-1, V]
+        self.draft_blocks_s += time.perf_counter() - start
+        self.next_logits = self.draft_logits(draft_rows[:, last])  # [K-1, V]
         self.state.caches.commit_rows(rows, family="draft")
 
     def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:

@@ -269,6 +269,9 @@ class MTPHead(nn.Module):
 
     # Identity heads: every draft horizon's logits at a row are that row's next-token logits.
     drafts_reuse_next_token_logits = False
+    # The draft horizons read nothing but the trunk rows (parallel, linear): after a tree pass their
+    # stacks can run on the accepted path's rows alone instead of on every node.
+    drafts_read_trunk_rows = False
 
     def decode_drafter(self):
         """For decoding: f(trunk_hidden [1, n, d], rest, ctx_for) -> [G, n, d], the rows of draft horizons 2..K.

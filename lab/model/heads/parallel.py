@@ -5,6 +5,8 @@ from lab.model.heads.stacked import StackedBlocks
 
 
 class ParallelHead(BlockStackHead):
+    drafts_read_trunk_rows = True
+
     def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
         horizons = []
         for k, stack in enumerate(self.stacks[: self.horizons_to_run(n_horizons)], start=1):

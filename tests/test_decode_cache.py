@@ -109,11 +109,11 @@ def test_deepseek_draft_steps_match_teacher_forced_forwards(head, tie, steps):
     tokens = torch.randint(0, vocab, (5,), generator=g).tolist()
     with torch.no_grad():
         result = state.forward(tokens)
-        chain.after_verify(result, len(tokens))
+        chain.after_verify(result, list(range(len(tokens))))
         state.commit(len(tokens))
         for round_ in range(5):
             frontier = int(torch.randint(0, vocab, (), generator=g))
-            drafts, _ = chain.propose(tokens, frontier, steps, greedy)
+            drafts = chain.draft_chain(tokens, frontier, steps, greedy)[0]
             path = tokens + [frontier] + drafts
             full = full_horizon_logits(model, path)
             for step in range(1, min(steps, depth) + 1):
@@ -122,14 +122,14 @@ def test_deepseek_draft_steps_match_teacher_forced_forwards(head, tie, steps):
             # A fresh cache that prefills the same committed tokens proposes the same logits.
             fresh_state = CachedModel(model)
             fresh = DeepSeekChain(fresh_state, draft_steps=steps)
-            fresh.after_verify(fresh_state.forward(tokens), len(tokens))
+            fresh.after_verify(fresh_state.forward(tokens), list(range(len(tokens))))
             fresh_state.commit(len(tokens))
-            assert fresh.propose(tokens, frontier, steps, greedy)[0] == drafts
+            assert fresh.draft_chain(tokens, frontier, steps, greedy)[0] == drafts
             for a, b in zip(fresh.draft_logits, chain.draft_logits):
                 torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
 
             kept = min(1 + round_ % 3, 1 + len(drafts))  # the frontier's row + some drafts (as if accepted)
-            chain.after_verify(state.forward([frontier, *drafts][:kept]), kept)
+            chain.after_verify(state.forward([frontier, *drafts][:kept]), list(range(kept)))
             state.commit(kept)
             tokens = tokens + [frontier, *drafts][:kept]
             for (kind, *rest), cache in state.caches.caches.items():

@@ -74,6 +74,9 @@ def test_generate_from_checkpoint_run_dir_and_stdin(run_dir, capsysbinary, monke
     code, out, err = run(str(run_dir), "--prompt", PROMPT, "--max-new-tokens", "12", "--speculative")
     assert code == 0 and out == first.stdout  # greedy speculative is exact
     assert b"tokens/forward: " in err and b"accept by position: " in err
+    code, out, err = run(str(run_dir), "--prompt", PROMPT, "--max-new-tokens", "12", "--speculative", "--tree", "3,2")
+    assert code == 0 and out == first.stdout  # a greedy tree is exact too
+    assert b"(Fr\xc3\xa9chet)" in err and b"tree nodes/round: " in err
 
     sampled = [run(str(ckpt), "--prompt", PROMPT, "--temperature", "1.0", "--top-k", "20", "--seed", "3")[1] for _ in range(2)]
     assert sampled[0] == sampled[1]
@@ -110,6 +113,9 @@ def test_release_generates_the_parent_checkpoints_tokens(run_dir, tmp_path, caps
         (["--prompt", "x" * 40], None, "prompt"),  # the run's context is data.seq_len=32
         (["--prompt", ""], None, "prompt"),
         (["--prompt", "x", "--speculative", "--draft-steps", "0"], None, "draft_steps"),
+        (["--prompt", "x", "--speculative", "--tree", "2,x"], None, "--tree"),
+        (["--prompt", "x", "--tree", "2,2"], None, "--tree"),
+        (["--prompt", "x", "--speculative", "--tree", "2,2,2"], None, "tree"),  # K=3 drafts 2 positions
     ],
 )
 def test_bad_input_is_one_line_exit_2(run_dir, args, stdin, field, capsysbinary, monkeypatch):

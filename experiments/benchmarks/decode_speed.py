@@ -21,6 +21,17 @@ the per-prompt paired speedups. Continuations with < 20 % distinct 4-grams are d
 
 Part 3 (--batch 1,4,16): plain vs speculative *throughput* of batched requests by batch size
 (experiments/benchmarks/decode_batch.py), T=1 and greedy, for each run (or a random-weight model).
+
+Part 3 (trees, with --runs and --trees "4,3,2;2,2,2;auto:16"): for each run with independent heads,
+the speculative chain against each draft tree on the same prompts: tokens per target forward
+(the tree's gain), path acceptance with the Fréchet bounds of the per-position top-1
+agreement, tree nodes per round, rounds that accepted a candidate of rank ≥ 1, and the
+wall-clock rate relative to the chain.
+
+Every speculative row also splits a round's time: the target forward (trunk and next-token
+head blocks over the frontier and the drafts or tree nodes), the draft blocks (one batched
+forward of the draft stacks), and everything outside the blocks (projections of drafts,
+candidate choice, acceptance, cache commits, bookkeeping), in ms per round.
 """
 
 from __future__ import annotations
@@ -84,6 +95,13 @@ def held_out_prompts(run_dir: Path, count: int, length: int) -> list[list[int]]:
     return document_prompts(datamodule.val_dataloader(), count, length)
 
 
+def split_ms(stats_list: list[dict]) -> str:
+    """'target/draft/outside' ms per round, summed over requests (ledger.merge keeps dicts' maxima, so not merged here)."""
+    rounds = sum(s["rounds"] for s in stats_list) or 1
+    parts = [sum(s["time_split_s"][key] for s in stats_list) / rounds * 1e3 for key in ("target_forward", "draft_blocks", "outside_blocks")]
+    return "/".join(f"{p:.2f}" for p in parts)
+
+
 def speculative_vs_plain(run_dir: Path, prompts: list[list[int]], new_tokens: int, temperature: float, eos: int | None, repeats: int) -> dict:
     """Per prompt, plain and speculative decoding `repeats` times each, alternating; ledgers and paired speedups.
 
@@ -118,7 +136,8 @@ def speculative_vs_plain(run_dir: Path, prompts: list[list[int]], new_tokens: in
     for name, group in groups.items():
         if group["speculative"]:
             out[name] = {**ledger(merge(group["speculative"]), merge(group["plain"])), "paired_speedup": Timing(group["ratios"]),
-                         "distinct4": statistics.median(group["distinct4"])}
+                         "distinct4": statistics.median(group["distinct4"]), "split": split_ms(group["speculative"]),
+                         "plain_split": split_ms(group["plain"])}
     return out
 
 
@@ -127,7 +146,7 @@ def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int,
           f"prompts: first ≤{prompt_tokens} tokens of held-out documents")
     best = {}
     headers = ["run", "head", "prompts", "distinct4", "tokens/forward", "accept by position", "mean R", "ledger S", "measured S",
-               "paired S median [IQR]", "greedy match"]
+               "paired S median [IQR]", "greedy match", "ms/round target/draft/outside", "plain forward ms/step"]
     for temperature, label in ((1.0, "sampling T=1.0 (headline)"), (0.0, "greedy")):
         rows = []
         for run_dir in run_dirs:
@@ -136,13 +155,14 @@ def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int,
             r = speculative_vs_plain(run_dir, prompts, new_tokens, temperature, eos, repeats)
             for group in ("clean", "all"):
                 if group not in r:
-                    rows.append([run_dir.name, f"{r['head']} K={r['k']}", f"{group}: none", r["distinct4"], "", "", "", "", "", "", ""])
+                    rows.append([run_dir.name, f"{r['head']} K={r['k']}", f"{group}: none", r["distinct4"], *[""] * 9])
                     continue
                 g = r[group]
                 n = r["prompts"] - (r["degenerate"] if group == "clean" else 0)
                 rows.append([run_dir.name, f"{r['head']} K={r['k']}", f"{group}: {n}/{r['prompts']}", g["distinct4"], g["tokens_per_forward"],
                              ",".join(f"{a:.2f}" for a in g["accept_by_position"]), g["mean_R"], g["predicted_speedup"], g["measured_speedup"],
-                             g["paired_speedup"].describe(1, 2), f"{r['matches']}/{r['prompts']}" if temperature == 0 else "n/a"])
+                             g["paired_speedup"].describe(1, 2), f"{r['matches']}/{r['prompts']}" if temperature == 0 else "n/a",
+                             g["split"], g["plain_split"].split("/")[0]])
                 if r["k"] == 4:
                     key = (temperature, group)
                     best[key] = max(best.get(key, (0.0, 0.0)), (g["tokens_per_forward"], g["paired_speedup"].median))
@@ -152,6 +172,86 @@ def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int,
     print(f"goal: tokens per target forward >= 2.5 for the best K=4 run (sampling T=1, clean): {sampled[0]:.2f} {verdict(sampled[0] >= 2.5)}")
     print(f"goal: speculative/plain wall clock >= 1.5x at batch 1 (greedy, identical output, clean): {greedy[1]:.2f} {verdict(greedy[1] >= 1.5)}"
           f"   (all prompts incl. degenerate: {greedy_all[1]:.2f}; sampling T=1 clean: {sampled[1]:.2f})")
+
+
+def run_agreement(run_dir: Path, model, prompts: list[list[int]], new_tokens: int, eos: int | None) -> tuple[list[float], str]:
+    """Per-horizon top-1 agreement a_2..a_K: the run's last logged `val/agree/h{k}` (metrics.csv), or, when the
+    run logged none, the rank-0 drafts' agreement with greedy chain decoding of the prompts."""
+    import csv
+
+    from lab.decode.tree import frechet
+
+    last: dict[str, float] = {}
+    with open(run_dir / "metrics.csv") as handle:
+        for row in csv.DictReader(handle):
+            last.update({key: float(value) for key, value in row.items() if key and key.startswith("val/agree/h") and value})
+    if all(f"val/agree/h{h}" in last for h in range(2, model.k + 1)):
+        return [last[f"val/agree/h{h}"] for h in range(2, model.k + 1)], "val/agree"
+    runs = [generate(model, torch.tensor(p), new_tokens, speculative=True, eos=eos).stats for p in prompts]
+    return frechet(merge(runs))["per_position"], "greedy chain"
+
+
+def tree_modes(run_dir: Path, model, trees: list[str], prompts, new_tokens: int, eos: int | None) -> dict:
+    """{label: tree}: widths "4,3,2", or "auto:N" = the best N-node tree for the run's measured agreement."""
+    from lab.decode.tree import tree_for_budget
+
+    modes: dict = {"chain": None}
+    for spec in trees:
+        if spec.startswith("auto:"):
+            agreement, source = run_agreement(run_dir, model, prompts, new_tokens, eos)
+            modes[f"{spec} (a={','.join(f'{a:.2f}' for a in agreement)}, {source})"] = tree_for_budget(agreement, int(spec[5:]))
+        else:
+            modes[spec] = [int(w) for w in spec.split(",")]
+    return modes
+
+
+def tree_vs_chain(run_dir: Path, prompts: list[list[int]], new_tokens: int, trees: list[str], temperature: float, eos: int | None) -> list[list]:
+    """Rows: the chain, then each tree, over the prompts whose continuation (in that mode) is not degenerate."""
+    from lab.decode.tree import frechet, path_acceptance
+
+    model = load_for_generation(run_dir).model
+    modes = tree_modes(run_dir, model, trees, prompts, new_tokens, eos)
+    stats: dict[str, list[dict]] = {name: [] for name in modes}
+    for i, prompt in enumerate(prompts):
+        names = list(modes) if i % 2 == 0 else list(modes)[::-1]  # alternate the order: load drift spreads over modes
+        for name in names:
+            out = generate(model, torch.tensor(prompt), new_tokens, temperature=temperature, speculative=True, tree=modes[name], eos=eos,
+                           generator=torch.Generator().manual_seed(1000 + i))
+            if distinct_ngram_ratio(out.tokens) >= DEGENERATE_BELOW:
+                stats[name].append(out.stats)
+    rows, chain = [], None
+    for name, runs in stats.items():
+        if not runs:
+            rows.append([run_dir.name, name, 0, *[""] * 8])
+            continue
+        merged = merge(runs)
+        led, bounds = ledger(merged), frechet(merged)
+        rate = statistics.median(decode_rate(s) for s in runs)
+        chain = chain or (led["tokens_per_forward"], rate)
+        rows.append([run_dir.name, name, len(runs), led["tokens_per_forward"], led["tokens_per_forward"] / chain[0],
+                     merged["tree_nodes"] / max(merged["rounds"], 1), path_acceptance(merged),
+                     f"{bounds['all']:.2f} in [{bounds['lower']:.2f},{bounds['upper']:.2f}]",
+                     merged["accepted_beyond_top1"] / max(merged["rounds"], 1), rate / chain[1], split_ms(runs)])
+    return rows
+
+
+def tree_report(run_dirs: list[Path], trees: list[str], n_prompts: int, prompt_tokens: int, new_tokens: int) -> None:
+    headers = ["run", "drafts", "clean prompts", "tokens/forward", "vs chain", "nodes/round", "path accept", "top-1 all (Fréchet)",
+               "rank≥1 accepted/round", "rate vs chain", "ms/round target/draft/outside"]
+    best = {}
+    for temperature, label in ((1.0, "sampling T=1.0"), (0.0, "greedy")):
+        rows = []
+        for run_dir in run_dirs:
+            loaded = load_for_generation(run_dir)
+            if loaded.model.head.draft_proposer != "independent":
+                continue
+            prompts = held_out_prompts(run_dir, n_prompts, prompt_tokens)
+            rows += tree_vs_chain(run_dir, prompts, new_tokens, trees, temperature, loaded.tokenizer.eos_id)
+        print(f"\n== trees vs the chain, {label}, batch 1, {new_tokens} new tokens, prompts of ≤{prompt_tokens} held-out tokens")
+        print(table(headers, rows))
+        best[temperature] = max((r[4] for r in rows if r[1] != "chain" and r[2]), default=float("nan"))
+    print(f"goal: a tree raises tokens per target forward by >= 20% over the chain (same model): sampling {best[1.0]:.2f}x "
+          f"{verdict(best[1.0] >= 1.2)}, greedy {best[0.0]:.2f}x {verdict(best[0.0] >= 1.2)}")
 
 
 def main() -> None:
@@ -168,6 +268,8 @@ def main() -> None:
     parser.add_argument("--skip-spec-part", action="store_true", help="with --runs: skip the batch-1 speculative part (e.g. only --batch)")
     parser.add_argument("--batch", type=lambda text: [int(b) for b in text.split(",")], default=None,
                         help="batch sizes, e.g. 1,4,16: plain vs speculative throughput of batched requests (runs, or a random parallel K=4 model)")
+    parser.add_argument("--trees", default=None,
+                        help='draft trees to compare with the chain, e.g. "4,3,2;2,2,2;auto:16" (auto:N = N nodes from the run\'s val/agree; needs --runs)')
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     new_tokens, repeats = (16, 2) if args.quick else (args.new_tokens, args.repeats)
@@ -177,6 +279,8 @@ def main() -> None:
         speculative_report(args.runs, args.prompts, args.prompt_tokens, args.new_tokens, 1 if args.quick else args.spec_repeats)
     if args.batch:
         batch_report(batch_models(args.runs, args.prompts, args.prompt_tokens), args.batch, new_tokens, 1 if args.quick else args.spec_repeats)
+    if args.runs and args.trees:
+        tree_report(args.runs, args.trees.split(";"), args.prompts, args.prompt_tokens, args.new_tokens)
 
 
 def batch_models(run_dirs: list[Path], n_prompts: int, prompt_tokens: int) -> list:

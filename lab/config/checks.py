@@ -70,7 +70,7 @@ def check_config(cfg: DictConfig) -> None:
     if model.get("name") == "hf":
         from lab.model.hf_trunk import preflight_hf
 
-        preflight_hf(model, head)  # config, tokenizer, compute matching, LoRA targets: no weights loaded
+        preflight_hf(model_config(model), head)  # config, tokenizer, compute matching, LoRA targets: no weights loaded
     else:
         model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
         trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block

@@ -8,8 +8,8 @@ drawn from the target at the row after the last draft. Either way the emitted to
 exactly the law of plain decoding (Leviathan et al. 2023; Chen et al. 2023).
 
 `select_mtp_one` is the one-proposal selector of M7.6 §0x09 with its full contract on
-plain Python sequences (EOS and output budget included); `select` is the tensor version
-for any number of drafts that the decoder runs.
+plain Python sequences (EOS and output budget included); `accept_tree` is the tensor
+version the decoder runs, for a chain of drafts or a tree of candidates (`select`: a chain).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from lab.decode.sampling import TokenChooser, sample, uniform
+from lab.decode.sampling import TokenChooser
+from lab.decode.tree import ProposalBuffer, TreeShape
 
 
 def _check_distribution(values: Sequence[float], size: int) -> None:
@@ -72,26 +73,60 @@ def select_mtp_one(p, q, y, bonus_p, u, sample: Callable[[list[float]], int], *,
     }
 
 
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The law after a rejected draw from q: the normalised positive part of p − q ([V] each)."""
+    positive = (p - q).clamp_min(0.0)  # [V]: where the target has more mass than the draw's law
+    mass = positive.sum()
+    # mass > 0 whenever a rejection can happen (p(y) < q(y)); equal p and q reject only by rounding.
+    return positive / mass if mass > 0 else p
+
+
+def accept_tree(buffer: ProposalBuffer, target_logits: torch.Tensor, chooser: TokenChooser) -> tuple[list[int], int]:
+    """(accepted path: node ids from the root's child down, the token after it: correction or bonus).
+
+    target_logits: [n, V]; row i is the target's prediction for the slot after node i
+    (its ancestors and itself as context). Greedy: follow the child whose token is the
+    target's argmax while one exists; the argmax at the last node reached is the next
+    token. Sampling (multi-candidate speculative sampling with recursive rejection): at a
+    node with target law p, try its children in rank order; child r, drawn from q_r,
+    passes with probability min(1, p(y)/q_r(y)); after a rejection p becomes the
+    normalised positive part of p − q_r (the rejected token loses all its mass), so the
+    token leaving the node has law p exactly; if every child fails, the correction is a
+    draw from the last residual. A leaf's bonus is a draw from its target law.
+    """
+    shape, path, node = buffer.shape, [], 0
+    if chooser.greedy:
+        choice = target_logits.argmax(dim=-1).tolist()  # [n]: one host sync for the whole tree
+        while True:
+            follow = [c for c in shape.children[node] if buffer.tokens[c] == choice[node]]
+            if not follow:
+                return path, choice[node]
+            node = follow[0]  # candidates of a position are distinct: at most one matches
+            path.append(node)
+    target_probs = chooser.probs(target_logits)  # [n, V] float64
+    draws = chooser.draws
+    while True:
+        p = target_probs[node]  # [V]
+        for child in shape.children[node]:
+            y, q = buffer.tokens[child], buffer.candidate_probs[shape.depths[child] - 1][shape.ranks[child]]  # q: [V]
+            if draws.accept(min(1.0, (p[y] / q[y]).item())):
+                break
+            p = residual(p, q)
+        else:
+            return path, draws.sample(p)  # every child failed (or a leaf: p is its target law, the bonus)
+        node = child
+        path.append(node)
+
+
 def select(drafts: list[int], draft_probs: list[torch.Tensor | None], target_logits: torch.Tensor, chooser: TokenChooser) -> tuple[int, int]:
-    """(number of drafts accepted j, the token after them: correction or bonus).
+    """Chain form of `accept_tree`: (number of drafts accepted j, the token after them: correction or bonus).
 
     target_logits: [m+1, V]; row i is the target's prediction for draft i's slot (row m
     predicts the slot after the last draft). draft_probs[i] is the [V] float64
     distribution draft i was sampled from (None when greedy).
     """
-    if chooser.greedy:
-        target_choice = target_logits.argmax(dim=-1).tolist()  # [m+1]
-        for i, y in enumerate(drafts):
-            if y != target_choice[i]:
-                return i, target_choice[i]
-        return len(drafts), target_choice[len(drafts)]
-    target_probs = chooser.probs(target_logits)  # [m+1, V] float64
-    for i, (y, q) in enumerate(zip(drafts, draft_probs)):
-        p = target_probs[i]  # [V]
-        if uniform(chooser.generator) < min(1.0, (p[y] / q[y]).item()):
-            continue
-        residual = (p - q).clamp_min(0.0)  # [V]: where the target has more mass than the draft
-        mass = residual.sum()
-        # mass is > 0 whenever a rejection can happen (p ≠ q); equal p and q reject only by rounding.
-        return i, sample(residual / mass if mass > 0 else p, chooser.generator)
-    return len(drafts), sample(target_probs[len(drafts)], chooser.generator)
+    m = len(drafts)
+    laws = [None if q is None else q[None] for q in draft_probs]  # [1, V] each: one candidate per position
+    buffer = ProposalBuffer(0, TreeShape.chain(m), [-1, *drafts], list(range(m + 1)), [0.0] * (m + 1), laws, "chain", "")
+    path, following = accept_tree(buffer, target_logits, chooser)
+    return len(path), following

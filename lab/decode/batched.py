@@ -22,20 +22,7 @@ from lab.decode.cache import StackCache
 from lab.decode.ledger import acceptance_conventions
 from lab.decode.sampling import TokenChooser
 from lab.decode.target import TRUNK
-from lab.errors import require
 from lab.model.trunk import AttentionContext, rotary_angles
-
-
-def is_batch(prompt) -> bool:
-    """A [B, P] tensor or a list/tuple of 1-D prompts (a plain [P] tensor is one request)."""
-    return isinstance(prompt, (list, tuple)) or (torch.is_tensor(prompt) and prompt.dim() == 2)
-
-
-def prompt_rows(prompt) -> list[torch.Tensor]:
-    """The batch as a list of 1-D LongTensors (one per request)."""
-    rows = list(prompt.unbind(0)) if torch.is_tensor(prompt) else [torch.as_tensor(p) for p in prompt]
-    require(len(rows) >= 1, "prompt", "a batch needs at least one prompt")
-    return rows
 
 
 class BatchedCaches:
@@ -104,30 +91,6 @@ def batched_logits(model, caches: BatchedCaches, ids: torch.Tensor, new_valid: t
     rows = next(batched_rows(model, caches, ids, new_valid))  # [B, n, d] horizon 1
     caches.advance(new_valid)
     return model.horizon_logits(1, rows[:, -1])  # [B, V]
-
-
-def generate_batch(model, prompt, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None, speculative: bool = False,
-                   draft_steps: int | None = None, eos: int | None = None, generator=None) -> list:
-    """Every prompt of the batch, plain or speculative; one Generation per prompt, in order.
-
-    `generator`: None, one torch.Generator that all rows draw from in turn, or a list with one per prompt.
-    """
-    from lab.decode.batched_speculative import speculative_rows
-    from lab.decode.generate import Generation, check_request  # the single-request API's checks and result type
-
-    rows = prompt_rows(prompt)
-    for row in rows:
-        check_request(model, row, max_new_tokens, temperature, top_k, draft_steps)
-    generators = list(generator) if isinstance(generator, (list, tuple)) else [generator] * len(rows)
-    require(len(generators) == len(rows), "generator", f"a list of generators needs one per prompt: {len(generators)} for {len(rows)} prompts")
-    choosers = [TokenChooser(temperature, top_k, g) for g in generators]
-    model.eval()
-    with torch.no_grad():
-        if speculative:
-            decoded = speculative_rows(model, rows, max_new_tokens, choosers, eos, draft_steps)
-        else:
-            decoded = decode_rows(model, rows, max_new_tokens, choosers, eos)
-    return [Generation(out, stats) for out, stats in decoded]
 
 
 def decode_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choosers: list[TokenChooser], eos: int | None) -> list[tuple[list[int], dict]]:

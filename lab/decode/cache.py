@@ -4,11 +4,14 @@ The trunk, every head block stack and every DeepSeek draft step own separate K/V
 same token prefix gives different keys under different weights (and under the same
 weights fed different inputs), so caches are never shared (M7.6 §0x09A).
 
-A cache holds rows for positions 0 .. length-1 of one sequence (batch 1 in practice).
+A cache holds rows for positions 0 .. length-1 of one sequence (batch 1 in practice; the
+batched draft stack of independent heads keeps its heads on the batch axis).
 The first `committed` rows are canonical state; rows after them are provisional (a
 verification branch, or draft rows that consumed proposed tokens) until the caller
-commits a prefix of them or discards them. Only the caller knows which rows were
-verified, so nothing is committed implicitly.
+commits some of them or discards them. Only the caller knows which rows were verified,
+so nothing is committed implicitly. A tree pass appends one row per tree node; the
+accepted root-to-node path is committed by moving its rows up to follow the committed
+prefix (`commit_rows`), and every sibling row is dropped.
 """
 
 from __future__ import annotations
@@ -72,6 +75,23 @@ class StackCache:
         """Drop every provisional row (the committed prefix is untouched)."""
         self.commit(0)
 
+    def commit_rows(self, rows: list[int]) -> None:
+        """Commit provisional rows `rows` (offsets after the committed prefix, increasing), in that order; drop the rest.
+
+        A tree pass's accepted path: its rows move up to follow the committed prefix, so
+        they hold the positions their rotary angles were computed at (node depth = offset).
+        """
+        if rows == list(range(len(rows))):
+            return self.commit(len(rows))  # a prefix (chain decoding): nothing moves
+        if any(not 0 <= r < self.provisional for r in rows) or any(a >= b for a, b in zip(rows, rows[1:])):
+            raise ValueError(f"cache {self.key}: rows {rows} are not increasing offsets into {self.provisional} provisional rows")
+        start = self.committed
+        index = torch.tensor(rows, device=self.keys[0].device) + start  # [a]: absolute rows of the path
+        for buffers in (self.keys, self.values):
+            for buffer in buffers:
+                buffer[:, :, start : start + len(rows)] = buffer.index_select(2, index)  # [B, H, a, hd]; a copy, so overlap is safe
+        self.commit(len(rows))
+
     def row_bytes(self) -> int:
         """Bytes one row occupies across all layers (K and V)."""
         return sum(2 * k.shape[0] * k.shape[1] * k.shape[3] * k.element_size() for k in self.keys)
@@ -117,6 +137,29 @@ class CacheSet:
             self._masks[start, n_rows] = torch.ones(n_rows, start + n_rows, dtype=torch.bool, device=device).tril(start)[None, None]  # [1, 1, n, start+n]
         return self._masks[start, n_rows]
 
+    def _tree_mask(self, start: int, shape, device):
+        """[1, 1, n, start+n]: node i sees every cached key, its ancestors and itself (never a sibling branch)."""
+        if (start, shape) not in self._masks:
+            if len(self._masks) > 64:
+                self._masks.clear()
+            cached = torch.ones(shape.size, start, dtype=torch.bool, device=device)  # [n, start]
+            self._masks[start, shape] = torch.cat([cached, shape.ancestor_mask(device)], dim=1)[None, None]  # [1, 1, n, start+n]
+        return self._masks[start, shape]
+
+    def tree_context(self, key, shape, device) -> AttentionContext:
+        """Context for the nodes of draft tree `shape` (node 0 = the frontier) appended to stack `key`.
+
+        Node i sits at position start + depth(i); a chain-shaped tree is the ordinary causal context.
+        """
+        if shape.is_chain:
+            return self.context(key, shape.size, device)
+        cache = self.cache(key)
+        start = cache.length
+        self._rotary(start, shape.depth + 1, device)  # grow the table to cover the deepest node
+        positions = torch.tensor(shape.depths, device=device) + start  # [n]
+        cos, sin = self._cos[:, :, positions], self._sin[:, :, positions]  # [1, 1, n, hd/2] each
+        return AttentionContext(self._tree_mask(start, shape, device), cos, sin, kv=cache)
+
     def context(self, key, n_rows: int, device) -> AttentionContext:
         """Context for `n_rows` new rows appended to stack `key`: one document, positions continue."""
         cache = self.cache(key)
@@ -124,14 +167,21 @@ class CacheSet:
         cos, sin = self._rotary(start, n_rows, device)
         return AttentionContext(self._mask(start, n_rows, device), cos, sin, kv=cache)
 
-    def contexts(self, n_rows: int, device):
-        """`ctx_for(key)` for one forward over `n_rows` new rows in every stack it touches."""
+    def contexts(self, n_rows: int, device, shape=None):
+        """`ctx_for(key)` for one forward over `n_rows` new rows (or the nodes of tree `shape`) in every stack it touches."""
+        if shape is not None:
+            return lambda key: self.tree_context(key, shape, device)
         return lambda key: self.context(key, n_rows, device)
 
     def commit(self, n: int | None = None, family: str | None = None) -> None:
         for cache in self.caches.values():
             if family is None or cache.family == family:
                 cache.commit(n)
+
+    def commit_rows(self, rows: list[int], family: str | None = None) -> None:
+        for cache in self.caches.values():
+            if family is None or cache.family == family:
+                cache.commit_rows(rows)
 
     def discard(self, family: str | None = None) -> None:
         for cache in self.caches.values():

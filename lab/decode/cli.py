@@ -14,6 +14,7 @@ import torch
 from lab.decode.generate import generate
 from lab.decode.ledger import ledger_line
 from lab.decode.loading import load_for_generation
+from lab.decode.tree import frechet, path_acceptance
 from lab.errors import ConfigError
 
 
@@ -40,6 +41,26 @@ def read_prompt(args) -> str:
         raise ConfigError(field, f"byte {error.start} is not UTF-8; the tokenizer encodes UTF-8 text only") from None
 
 
+def parse_tree(text: str | None, speculative: bool) -> list[int] | None:
+    """`--tree 4,3,2`: candidate widths per draft position."""
+    if text is None:
+        return None
+    if not speculative:
+        raise ConfigError("--tree", "verifies draft candidates: add --speculative")
+    try:
+        return [int(w) for w in text.split(",")]
+    except ValueError:
+        raise ConfigError("--tree", f"must be comma-separated widths per draft position (e.g. 4,3,2), got {text!r}") from None
+
+
+def path_line(stats: dict) -> str:
+    """Path acceptance and the per-position top-1 agreement with its Fréchet bounds (M7.4 §0x08B)."""
+    bounds = frechet(stats)
+    agree = ",".join(f"{a:.2f}" for a in bounds["per_position"])
+    return (f"path accept: {path_acceptance(stats):.2f}  top-1 agreement by position: [{agree}]  all: {bounds['all']:.2f} "
+            f"in [{bounds['lower']:.2f}, {bounds['upper']:.2f}] (Fréchet)  tree nodes/round: {stats['tree_nodes'] / max(stats['rounds'], 1):.1f}")
+
+
 def run(args) -> None:
     if args.temperature < 0:
         raise ConfigError("--temperature", f"must be ≥ 0 (0 = greedy), got {args.temperature}")
@@ -47,6 +68,7 @@ def run(args) -> None:
         raise ConfigError("--top-k", f"must be ≥ 1, got {args.top_k}")
     if args.max_new_tokens < 0:
         raise ConfigError("--max-new-tokens", f"must be ≥ 0, got {args.max_new_tokens}")
+    tree = parse_tree(args.tree, args.speculative)
     text = read_prompt(args)
     loaded = load_for_generation(args.model)
     ids = loaded.tokenizer.encode(text)
@@ -57,14 +79,14 @@ def run(args) -> None:
     generator = torch.Generator().manual_seed(args.seed)
     out = generate(
         loaded.model, torch.tensor(ids), args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-        speculative=args.speculative, draft_steps=args.draft_steps, eos=loaded.tokenizer.eos_id, generator=generator,
+        speculative=args.speculative, draft_steps=args.draft_steps, eos=loaded.tokenizer.eos_id, generator=generator, tree=tree,
     )
     sys.stdout.write(loaded.tokenizer.decode(out.tokens) + "\n")
     sys.stdout.flush()
     s = out.stats
     summary = f"tokens: {s['emitted']}  tokens/s: {s['tokens_per_s']:.1f}  target forwards: {s['target_forwards']}"
     if args.speculative:
-        summary += "  " + ledger_line(s)
+        summary += "  " + ledger_line(s) + "  " + path_line(s)
     print(summary, file=sys.stderr)
 
 
@@ -80,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--speculative", action="store_true", help="draft with the MTP heads, verify with the model (exact)")
     parser.add_argument("--draft-steps", type=int, default=None, help="drafts per round (default: K-1 heads, or D DeepSeek depths)")
+    parser.add_argument("--tree", default=None, help="with --speculative: verify a tree of candidates, widths per draft position (e.g. 4,3,2)")
     args = parser.parse_args(argv)
     try:
         run(args)

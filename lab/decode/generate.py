@@ -8,40 +8,29 @@ accepted drafts plus the correction or bonus token, commits the target rows of f
 accepted drafts, and carries the last emitted token as the next frontier. Plain decoding
 is the m = 0 case, so both paths share every line that touches the target cache.
 
+With `tree`, a round proposes a tree of ranked candidates (lab.decode.tree), the target
+pass runs over every node with an ancestry mask, acceptance follows the longest verified
+root path, and that path's rows are committed in every cache (siblings are dropped). A
+chain of drafts is the tree of widths [1] * m, so one round serves all three modes.
+
 Positions start at 0 at the first prompt token, as for a document in training.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import torch
 
-from lab.decode.acceptance import select
-from lab.decode.batched import generate_batch, is_batch
+from lab.decode.acceptance import accept_tree
+from lab.decode.batch import generate_batch, is_batch
 from lab.decode.ledger import acceptance_conventions
 from lab.decode.proposers import build_proposer
+from lab.decode.request import Generation, check_request
 from lab.decode.sampling import TokenChooser
 from lab.decode.target import CachedModel
+from lab.decode.tree import record_top1, settle_top1, tree_shape
 from lab.errors import ConfigError, require
-
-
-@dataclass
-class Generation:
-    tokens: list[int]  # new tokens only, up to and including EOS
-    stats: dict = field(default_factory=dict)
-
-
-def check_request(model, prompt: torch.Tensor, max_new_tokens: int, temperature: float, top_k, draft_steps) -> None:
-    vocab = model.model_cfg.vocab_size
-    require(prompt.dim() == 1 and prompt.numel() >= 1, "prompt", f"must be a non-empty 1-D LongTensor of token ids, got shape {tuple(prompt.shape)}")
-    require(not prompt.is_floating_point() and not prompt.is_complex(), "prompt", f"must hold integer token ids, got {prompt.dtype}")
-    require(bool(((prompt >= 0) & (prompt < vocab)).all()), "prompt", f"token ids must lie in [0, {vocab})")
-    require(isinstance(max_new_tokens, int) and max_new_tokens >= 0, "max_new_tokens", f"must be an int ≥ 0, got {max_new_tokens!r}")
-    require(temperature >= 0, "temperature", f"must be ≥ 0 (0 = greedy), got {temperature}")
-    require(top_k is None or (isinstance(top_k, int) and top_k >= 1), "top_k", f"must be None or an int ≥ 1, got {top_k!r}")
-    require(draft_steps is None or (isinstance(draft_steps, int) and draft_steps >= 1), "draft_steps", f"must be None or an int ≥ 1, got {draft_steps!r}")
 
 
 def generate(
@@ -55,29 +44,44 @@ def generate(
     draft_steps: int | None = None,
     eos: int | None = None,
     generator: torch.Generator | None = None,
+    tree=None,
+    draws=None,
 ) -> Generation | list[Generation]:
     """Continue `prompt` ([P] token ids) by up to `max_new_tokens` tokens (DESIGN.md §10).
 
-    A batch (a [B, P] tensor or a list of 1-D prompts of any lengths) returns one Generation per
-    prompt (lab.decode.batched; plain decoding only).
+    `tree` (with `speculative`): widths per draft position (`[4, 3, 2]`) or root-to-leaf
+    paths of candidate ranks (`[[0, 0], [0, 1], [1]]`). `draws`: the source of every random
+    choice (default: `generator`'s; see lab.decode.sampling.TorchDraws). A batch (a [B, P]
+    tensor or a list of 1-D prompts of any lengths) returns one Generation per prompt
+    (lab.decode.batched: chains, no trees).
     """
     if is_batch(prompt):
+        require(tree is None and draws is None, "tree", "batched requests decode chains with torch's draws; give one prompt for a tree")
         return generate_batch(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, speculative=speculative,
                               draft_steps=draft_steps, eos=eos, generator=generator)
     check_request(model, prompt, max_new_tokens, temperature, top_k, draft_steps)
+    shape = None if tree is None else tree_shape(tree)
     model.eval()
     with torch.no_grad():
-        return Decoder(model, TokenChooser(temperature, top_k, generator), speculative, draft_steps, eos).run(prompt.tolist(), max_new_tokens)
+        decoder = Decoder(model, TokenChooser(temperature, top_k, generator, draws), speculative, draft_steps, eos, shape)
+        return decoder.run(prompt.tolist(), max_new_tokens)
 
 
 class Decoder:
-    def __init__(self, model, chooser: TokenChooser, speculative: bool, draft_steps: int | None, eos: int | None):
+    def __init__(self, model, chooser: TokenChooser, speculative: bool, draft_steps: int | None, eos: int | None, tree=None):
         self.state = CachedModel(model)
         self.chooser, self.eos = chooser, eos
         if speculative and not model.head_cfg.contiguous_offsets:
             raise ConfigError("speculative", f"head.offsets={list(model.head.offsets)} leave draft slots without a head; "
                               "speculative decoding needs contiguous offsets [1..K] (use speculative=False)")
-        self.proposer = build_proposer(self.state, draft_steps) if speculative else None
+        if tree is not None and not speculative:
+            raise ConfigError("tree", "verifies draft candidates: it needs speculative=True")
+        if tree is not None and tree.depth > model.k - 1:
+            raise ConfigError("tree", f"has {tree.depth} draft positions but head '{model.head_cfg.name}' K={model.k} drafts {model.k - 1}; "
+                              f"use at most {model.k - 1} widths")
+        if tree is not None and max(tree.widths) > model.model_cfg.vocab_size:
+            raise ConfigError("tree", f"asks for {max(tree.widths)} candidates at one position; the vocabulary has {model.model_cfg.vocab_size}")
+        self.proposer = build_proposer(self.state, draft_steps, tree) if speculative else None
         if speculative and (self.proposer is None or self.proposer.max_drafts < 1):
             raise ConfigError(
                 "speculative", f"head '{model.head_cfg.name}' with K={model.k} has no draft heads; use a K ≥ 2 head or speculative=False"
@@ -88,21 +92,26 @@ class Decoder:
             "accepted_by_position": [0] * (self.proposer.max_drafts if self.proposer else 0),
             "emitted_by_round": [], "proposed_by_round": [], "accepted_by_round": [], "stopped_by_round": [],
             "prefill_time_s": 0.0, "draft_time_s": 0.0, "verify_time_s": 0.0,
+            "tree_nodes": 0,  # draft nodes verified, all rounds
+            "accepted_beyond_top1": 0,  # rounds whose accepted path took a candidate of rank ≥ 1 (a tree's gain over the chain)
+            # where a round's time goes: the target forward, the draft blocks, and everything else
+            # (projections of drafts, candidate choice, acceptance, cache commits, bookkeeping)
+            "time_split_s": {"target_forward": 0.0, "draft_blocks": 0.0, "outside_blocks": 0.0},
         }
 
-    def target_pass(self, tokens: list[int]):
+    def target_pass(self, tokens: list[int], shape=None):
         """One target forward; the next-token path's time is verification time."""
         start = time.perf_counter()
-        result = self.state.forward(tokens)
+        result = self.state.forward(tokens, shape)
         self.stats["target_forwards"] += 1
         return result, time.perf_counter() - start
 
-    def after_pass(self, result, kept: int) -> None:
+    def after_pass(self, result, rows: list[int]) -> None:
         start = time.perf_counter()
         if self.proposer is not None:
-            self.proposer.after_verify(result, kept)  # the draft heads' share of the pass
+            self.proposer.after_verify(result, rows)  # the draft heads' share of the pass
         self.stats["draft_time_s"] += time.perf_counter() - start
-        self.state.commit(kept)
+        self.state.commit_rows(rows)
 
     def run(self, prompt: list[int], max_new_tokens: int) -> Generation:
         begin = time.perf_counter()
@@ -111,11 +120,15 @@ class Decoder:
             result, seconds = self.target_pass(prompt)  # prefill
             frontier, _ = self.chooser.choose(result.logits[-1])
             self.stats["prefill_time_s"] += seconds
-            self.after_pass(result, len(prompt))
+            self.after_pass(result, list(range(len(prompt))))
             out.append(frontier)
             tokens = list(prompt)  # tokens with committed target rows
+            rounds_begin = time.perf_counter()
             while len(out) < max_new_tokens and out[-1] != self.eos:
                 frontier = self.round(tokens, frontier, out, max_new_tokens - len(out))
+            self.settle_split(time.perf_counter() - rounds_begin)
+        if self.proposer is not None:
+            settle_top1(self.stats, out, self.proposer.max_drafts)
         elapsed = time.perf_counter() - begin
         self.stats.update(
             emitted=len(out),
@@ -127,33 +140,67 @@ class Decoder:
         )
         return Generation(out, self.stats)
 
+    def settle_split(self, rounds_s: float) -> None:
+        split = self.stats["time_split_s"]
+        split["draft_blocks"] = getattr(self.proposer, "draft_blocks_s", 0.0)  # prefill's share included
+        split["outside_blocks"] = max(0.0, rounds_s - split["target_forward"] - split["draft_blocks"])
+
     def round(self, tokens: list[int], frontier: int, out: list[int], remaining: int) -> int:
         """One round after `frontier`; appends to `tokens`/`out`; returns the next frontier."""
-        drafts, draft_probs = [], []
         m = min(self.proposer.max_drafts, remaining) if self.proposer is not None else 0
-        if m:
-            start = time.perf_counter()
-            drafts, draft_probs = self.proposer.propose(tokens, frontier, m, self.chooser)
-            self.stats["draft_time_s"] += time.perf_counter() - start
-            self.state.caches.record_peaks()  # provisional draft rows (DeepSeek steps) count towards the draft peak
-        elif self.proposer is not None:
-            self.stats["fallbacks"] += 1
-        result, seconds = self.target_pass([frontier, *drafts])  # row i predicts the slot after input i
+        if not m:
+            self.stats["fallbacks"] += self.proposer is not None
+            return self.plain_step(tokens, frontier, out, remaining)
         start = time.perf_counter()
-        accepted, following = select(drafts, draft_probs, result.logits, self.chooser)
+        buffer = self.proposer.propose(tokens, frontier, m, self.chooser)
+        self.stats["draft_time_s"] += time.perf_counter() - start
+        self.state.caches.record_peaks()  # provisional draft rows (DeepSeek steps) count towards the draft peak
+        if buffer.prefix_version != self.state.length:
+            raise RuntimeError(f"proposal made after {buffer.prefix_version} committed rows, target holds {self.state.length}")
+        result, seconds = self.target_pass(buffer.tokens, buffer.shape)  # row i predicts the slot after node i
+        self.stats["time_split_s"]["target_forward"] += seconds
+        start = time.perf_counter()
+        path, following = accept_tree(buffer, result.logits, self.chooser)
         self.stats["verify_time_s"] += seconds + time.perf_counter() - start
-        self.after_pass(result, 1 + accepted)  # the frontier's row and the accepted drafts' rows
-        tokens += [frontier, *drafts[:accepted]]
+        self.after_pass(result, [0, *path])  # the frontier's row and the accepted path's rows
+        accepted_tokens = buffer.path_tokens(path)
+        self.stats["accepted_beyond_top1"] += any(buffer.shape.ranks[node] for node in path)
+        tokens += [frontier, *accepted_tokens]
+        record_top1(self.stats, len(out) - 1, buffer.path_tokens(_rank0_path(buffer.shape)))
+        return self.emit(out, accepted_tokens, following, remaining, m, buffer.shape.size - 1)
 
-        new = [*drafts[:accepted], following][:remaining]  # an accepted last-slot draft gets no bonus
+    def plain_step(self, tokens: list[int], frontier: int, out: list[int], remaining: int) -> int:
+        """One target pass over the frontier, no drafts (plain decoding, or no slot left for a draft)."""
+        result, seconds = self.target_pass([frontier])
+        self.stats["time_split_s"]["target_forward"] += seconds
+        start = time.perf_counter()
+        following, _ = self.chooser.choose(result.logits[0])
+        self.stats["verify_time_s"] += seconds + time.perf_counter() - start
+        self.after_pass(result, [0])
+        tokens.append(frontier)
+        return self.emit(out, [], following, remaining, 0, 0)
+
+    def emit(self, out: list[int], accepted: list[int], following: int, remaining: int, m: int, nodes: int) -> int:
+        """Publish the round's tokens (cut at the budget and at EOS) and count it; returns the next frontier."""
+        new = [*accepted, following][:remaining]  # an accepted last-slot draft gets no bonus
         if self.eos in new:
             new = new[: new.index(self.eos) + 1]  # an accepted EOS ends the output (no bonus)
         out += new
         s = self.stats
         s["rounds"] += 1
+        s["tree_nodes"] += nodes
         for j in range(m):
             s["proposed_by_position"][j] += 1
-            s["accepted_by_position"][j] += int(j < accepted)
-        s["emitted_by_round"].append(len(new)), s["proposed_by_round"].append(m), s["accepted_by_round"].append(accepted)
+            s["accepted_by_position"][j] += int(j < len(accepted))
+        s["emitted_by_round"].append(len(new)), s["proposed_by_round"].append(m), s["accepted_by_round"].append(len(accepted))
         s["stopped_by_round"].append(len(new) == remaining or new[-1] == self.eos)
         return following
+
+
+def _rank0_path(shape) -> list[int]:
+    """Node ids of the all-rank-0 path from the root's child down (the top-1 chain of the tree)."""
+    path, node = [], 0
+    while shape.children[node]:
+        node = shape.children[node][0]
+        path.append(node)
+    return path

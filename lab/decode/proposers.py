@@ -12,36 +12,70 @@
   after every round, and the next round recomputes the rows that became final from
   committed state only (reseed), so no row that saw a rejected token survives.
 
-A proposer answers `propose(tokens, frontier, m, chooser) -> (drafts, their distributions)`
-and `after_verify(target_pass, kept)` (called before the target commits `kept` rows).
+- Independent heads run their draft stacks as one batched forward per round (the head's
+  `decode_drafter`) and project every horizon in one call; identity heads reuse the
+  next-token logits. With a draft tree they propose several ranked candidates per slot.
+
+A proposer answers `propose(tokens, frontier, m, chooser) -> ProposalBuffer` and
+`after_verify(target_pass, rows)` (called before the target commits the pass's rows `rows`).
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
+import torch.nn.functional as F
 
 from lab.decode.sampling import TokenChooser
 from lab.decode.target import CachedModel, TargetPass
+from lab.decode.tree import ProposalBuffer, TreeShape, build_buffer, ranked_candidates
+from lab.errors import ConfigError
 
 
 class IndependentHeads:
-    def __init__(self, state: CachedModel, draft_steps: int | None):
-        self.state, self.model = state, state.model
+    def __init__(self, state: CachedModel, draft_steps: int | None, tree: TreeShape | None = None):
+        self.state, self.model, self.head = state, state.model, state.model.head
         self.max_drafts = self.model.k - 1 if draft_steps is None else min(draft_steps, self.model.k - 1)
+        self.tree = tree
+        self.drafter = self.head.decode_drafter()  # one batched forward of the draft stacks (built once per request)
+        self.projections = None  # [K-1, V, d] replicated draft projections, stacked for one bmm
+        if self.head.projections is not None:
+            self.projections = torch.stack([p.detach() for p in self.head.projections[1:]])
         self.next_logits: torch.Tensor | None = None  # [K-1, V] horizons 2..K at the last committed row
+        self.identity = head_identity(self.model)
+        self.draft_blocks_s = 0.0
 
-    def after_verify(self, target_pass: TargetPass, kept: int) -> None:
-        rows = list(target_pass.more_horizons)  # (K-1) × [1, n, d]: runs (and caches) the draft stacks
-        last = kept - 1  # the last row the target commits
-        self.next_logits = torch.stack([self.model.horizon_logits(k, r[0, last]) for k, r in enumerate(rows, start=2)])  # [K-1, V]
-        self.state.caches.commit(kept, family="draft")
+    def draft_logits(self, rows: torch.Tensor) -> torch.Tensor:
+        """[G, d] draft rows at one position -> [K-1, V] logits, every horizon in one projection call."""
+        normed = self.model.trunk.final_norm(rows)  # [G, d]
+        if self.projections is None:
+            return F.linear(normed, self.model.trunk.unembedding).expand(self.model.k - 1, -1)  # [K-1, V]
+        return torch.bmm(self.projections, normed.expand(self.model.k - 1, -1)[..., None])[..., 0]  # [K-1, V]
 
-    def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser):
-        drafts, probs = [], []
-        for i in range(m):  # head i + 2 predicts the slot i + 1 places after the frontier
-            token, q = chooser.choose(self.next_logits[i])
-            drafts.append(token), probs.append(q)
-        return drafts, probs
+    def after_verify(self, target_pass: TargetPass, rows: list[int]) -> None:
+        last = rows[-1]  # the last row the target commits
+        if self.head.drafts_reuse_next_token_logits:
+            self.next_logits = target_pass.logits[last].expand(self.model.k - 1, -1)  # [K-1, V]
+            return
+        start = time.perf_counter()
+        if self.head.drafts_read_trunk_rows and len(rows) < target_pass.hidden.shape[0]:
+            # Rows were rejected (siblings, or drafts after a mismatch): run the draft stacks on the
+            # committed rows' trunk states only, as one causal chunk.
+            path_hidden = target_pass.hidden[rows][None]  # [1, a, d]
+            draft_rows = self.drafter(path_hidden, None, self.state.caches.contexts(len(rows), path_hidden.device))  # [G, a, d]
+            last, rows = len(rows) - 1, list(range(len(rows)))
+        else:
+            draft_rows = self.drafter(target_pass.hidden[None], target_pass.more_horizons, target_pass.ctx_for)  # [G, n, d]
+        self.draft_blocks_s += time.perf_counter() - start
+        self.next_logits = self.draft_logits(draft_rows[:, last])  # [K-1, V]
+        self.state.caches.commit_rows(rows, family="draft")
+
+    def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
+        """Head i + 2 proposes the slot i + 1 places after the frontier; a tree takes several ranked candidates per slot."""
+        shape = TreeShape.chain(m) if self.tree is None else self.tree.limited(m)
+        candidates, laws, scores = ranked_candidates(self.next_logits, shape.widths, chooser)
+        return build_buffer(shape, frontier, candidates, laws, scores, self.state.length, self.identity, vocab_identity(self.model))
 
 
 class DeepSeekChain:
@@ -51,8 +85,8 @@ class DeepSeekChain:
         self.seed_rows = []  # chunks [n_i, d] of the chain's input at committed target rows
         self.final_rows: dict[int, torch.Tensor] = {}  # step s -> [L_s, d] outputs of its final rows
 
-    def after_verify(self, target_pass: TargetPass, kept: int) -> None:
-        self.seed_rows.append(self.head.chain_input(target_pass.hidden[:kept], self.model.shared_parts()))  # [kept, d]
+    def after_verify(self, target_pass: TargetPass, rows: list[int]) -> None:
+        self.seed_rows.append(self.head.chain_input(target_pass.hidden[rows], self.model.shared_parts()))  # [kept, d]
         self.state.caches.discard(family="draft")  # provisional step rows consumed drafts: never kept
 
     def _run(self, step: int, previous: torch.Tensor, teachers: list[int]) -> torch.Tensor:
@@ -62,7 +96,14 @@ class DeepSeekChain:
         module = self.head.chain_module(step)
         return module(previous[None], self.model.trunk.embed(ids), ctx)[0]  # [n, d]
 
-    def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser):
+    def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
+        drafts, probs, scores = self.draft_chain(tokens, frontier, m, chooser)
+        laws = [None if q is None else q[None] for q in probs]  # [1, V]: one candidate per position
+        return build_buffer(TreeShape.chain(m), frontier, [[t] for t in drafts], laws, [[s] for s in scores], self.state.length,
+                            head_identity(self.model), vocab_identity(self.model))
+
+    def draft_chain(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser):
+        """(drafts, the [V] law each was drawn from (None when greedy), their draft log-probabilities)."""
         self.seed_rows = [torch.cat(self.seed_rows)] if len(self.seed_rows) > 1 else self.seed_rows
         n = len(tokens)  # committed target rows 0..n-1; the frontier is token n
         known = tokens + [frontier]  # token ids 0..n, all emitted output
@@ -88,15 +129,28 @@ class DeepSeekChain:
             token, q = chooser.choose(logits)
             drafts.append(token), probs.append(q)
             previous_final, previous_all = finals, rows
-        return drafts, probs
+        scores = [float(torch.log_softmax(lg.double(), -1)[t]) for lg, t in zip(self.draft_logits, drafts)]
+        return drafts, probs, scores
 
 
-def build_proposer(state: CachedModel, draft_steps: int | None):
-    """The head's proposer (head classes say which through `draft_proposer`)."""
+def head_identity(model) -> str:
+    """Which head and weights proposed: the architecture, K, and the checkpoint's identity when it was loaded from one."""
+    return f"{model.head_cfg.name} K={model.k}" + (f" {model.identity}" if getattr(model, "identity", None) else "")
+
+
+def vocab_identity(model) -> str:
+    return f"V={model.model_cfg.vocab_size}"
+
+
+def build_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None = None):
+    """The head's proposer (head classes say which through `draft_proposer`); `tree` for independent heads only."""
     kind = getattr(state.model.head, "draft_proposer", None)
     if kind is None:
         return None
-    return PROPOSERS[kind](state, draft_steps)
+    if tree is not None and kind != "independent":
+        raise ConfigError("tree", f"head '{state.model.head_cfg.name}' drafts a sequential chain; draft trees need independent heads "
+                          "(linear, parallel, causal, anticausal, identity); use tree=None")
+    return PROPOSERS[kind](state, draft_steps, tree) if tree is not None else PROPOSERS[kind](state, draft_steps)
 
 
 PROPOSERS = {"independent": IndependentHeads, "chain": DeepSeekChain}

@@ -27,11 +27,30 @@ def uniform(generator: torch.Generator | None) -> float:
     return float(torch.rand((), dtype=torch.float64, generator=generator).item())
 
 
+class TorchDraws:
+    """The decoder's randomness, all from one torch.Generator: categorical draws and acceptance coins.
+
+    Every random choice of decoding goes through `sample` or `accept`, so a test can swap in
+    a source that enumerates every outcome with its probability (tests/test_decode_law.py).
+    """
+
+    def __init__(self, generator: torch.Generator | None):
+        self.generator = generator
+
+    def sample(self, probs: torch.Tensor) -> int:
+        return sample(probs, self.generator)
+
+    def accept(self, probability: float) -> bool:
+        """True with `probability` (a uniform u in [0, 1) is drawn even when the answer is sure)."""
+        return uniform(self.generator) < probability
+
+
 class TokenChooser:
     """Greedy when temperature == 0, else sampling; `choose` returns (token, its distribution or None)."""
 
-    def __init__(self, temperature: float, top_k: int | None, generator: torch.Generator | None):
+    def __init__(self, temperature: float, top_k: int | None, generator: torch.Generator | None, draws=None):
         self.temperature, self.top_k, self.generator = temperature, top_k, generator
+        self.draws = TorchDraws(generator) if draws is None else draws
 
     @property
     def greedy(self) -> bool:
@@ -45,4 +64,4 @@ class TokenChooser:
         if self.greedy:
             return int(logits.argmax().item()), None
         probs = self.probs(logits)
-        return sample(probs, self.generator), probs
+        return self.draws.sample(probs), probs

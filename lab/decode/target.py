@@ -1,14 +1,16 @@
 """The target model over cached state: the next-token path, one forward per call.
 
 A forward appends its rows provisionally to every cache it touches; the decoder then
-commits the verified prefix (or everything, in plain decoding). Rows of horizons ≥ 2
+commits the verified rows (or everything, in plain decoding). Rows of horizons ≥ 2
 (independent draft heads) are left to the caller as a lazy iterator, so plain decoding
-never runs the draft stacks and speculative decoding can time them as draft work.
+never runs the draft stacks and speculative decoding can time them as draft work. A
+forward over a draft tree gives every node its depth's position and a mask that shows
+it its ancestors only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +27,7 @@ class TargetPass:
     hidden: torch.Tensor  # [n, d] trunk rows before the final norm (the DeepSeek chain's seed)
     logits: torch.Tensor  # [n, V] horizon-1 logits: row i predicts the token after input i
     more_horizons: Iterator[torch.Tensor]  # rows [1, n, d] of horizons 2, 3, … (computed on demand)
+    ctx_for: Callable | None = None  # the pass's attention contexts, for draft stacks run after it
 
 
 class CachedModel:
@@ -45,15 +48,23 @@ class CachedModel:
         """Committed target rows (= tokens whose K/V the target holds)."""
         return self.caches.cache(TRUNK).committed
 
-    def forward(self, tokens: list[int]) -> TargetPass:
-        """Run the next-token path on `tokens` placed after the cached rows (rows stay provisional)."""
+    def forward(self, tokens: list[int], shape=None) -> TargetPass:
+        """Run the next-token path on `tokens` placed after the cached rows (rows stay provisional).
+
+        With a draft tree `shape` (lab.decode.tree.TreeShape), token i is node i of the tree.
+        """
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[None]  # [1, n]
-        ctx_for = self.caches.contexts(len(tokens), self.device)
+        ctx_for = self.caches.contexts(len(tokens), self.device, shape)
         hidden = self.model.trunk(ids, ctx_for(TRUNK))  # [1, n, d]
         rows = self.model.head.horizon_rows(hidden, ctx_for)
         logits = self.model.horizon_logits(1, next(rows)[0])  # [n, V]
-        return TargetPass(hidden[0], logits, rows)
+        return TargetPass(hidden[0], logits, rows, ctx_for)
 
     def commit(self, n: int | None = None, family: str | None = "target") -> None:
         self.caches.record_peaks()
         self.caches.commit(n, family)
+
+    def commit_rows(self, rows: list[int], family: str | None = "target") -> None:
+        """Commit the pass's rows `rows` (a root-to-node path of a tree pass) and drop its other rows."""
+        self.caches.record_peaks()
+        self.caches.commit_rows(rows, family)

@@ -1,0 +1,9 @@
+"""The network: trunk (trunk.py), heads (heads/), trunk + head (mtp.py), cost and FLOP counts.
+
+Public API (DESIGN.md §10): `build_model(model, head) -> MTPModel` from the same mappings as
+the `model` and `head` config groups.
+"""
+
+from lab.model.mtp import MTPModel, build_model
+
+__all__ = ["MTPModel", "build_model"]

@@ -277,15 +277,13 @@ def check_tokenizer_fits(tokenizer_vocab: int, model_vocab: int) -> None:
             "give a tokenizer that belongs to the model (model.tokenizer_path)")
 
 
-def preflight_hf(model: dict, head_cfg) -> None:
-    """Every check of a `model=hf` run that needs no weights: config, causal LM, tokenizer and its
-    vocabulary, compute matching, LoRA target modules (on a weightless meta-device copy)."""
+def preflight_hf(cfg: HFModelConfig, head_cfg) -> None:
+    """Every check of a `model=hf` run that needs no weights (`cfg` typed by lab.model.mtp.model_config):
+    config, causal LM, tokenizer and its vocabulary, compute matching, LoRA target modules (on a
+    weightless meta-device copy)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from lab.model.mtp import model_config
-
-    cfg = model_config({key: value for key, value in model.items() if key != "compile"})
     require(head_cfg.compute_match == "none", "head.compute_match",
             f"{head_cfg.compute_match} would drop layers of a pretrained trunk (model=hf); allowed: none")
     config = load_hf_config(cfg)

@@ -274,6 +274,21 @@ class MTPHead(nn.Module):
         """Indices into `stacks` that horizon 1 runs through (their caches are target state)."""
         return []
 
+    # Identity heads: every draft horizon's logits at a row are that row's next-token logits.
+    drafts_reuse_next_token_logits = False
+    # The draft horizons read nothing but the trunk rows (parallel, linear): after a tree pass their
+    # stacks can run on the accepted path's rows alone instead of on every node.
+    drafts_read_trunk_rows = False
+
+    def decode_drafter(self):
+        """For decoding: f(trunk_hidden [1, n, d], rest, ctx_for) -> [G, n, d], the rows of draft horizons 2..K.
+
+        `rest` is the `horizon_rows` iterator after horizon 1; G = K−1, or 1 when every draft
+        horizon reads the same rows. This default runs the remaining horizons one by one;
+        heads with independent draft weights override it with one batched forward.
+        """
+        return lambda trunk_hidden, rest, ctx_for: torch.stack([rows[0] for rows in rest])  # [K-1, n, d]
+
     def initialize(self, trunk: nn.Module) -> None:
         """Apply `init` and copy the trunk unembedding into replicated projections."""
         if self.projections is not None:

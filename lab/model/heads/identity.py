@@ -14,6 +14,7 @@ from lab.model.heads.base import MTPHead
 
 class IdentityHead(MTPHead):
     draft_proposer = "independent"
+    drafts_reuse_next_token_logits = True  # shared norm and unembedding of the same rows: no draft projection at all
 
     @classmethod
     def check_config(cls, cfg):
@@ -31,3 +32,6 @@ class IdentityHead(MTPHead):
     def horizon_rows(self, trunk_hidden, ctx_for):
         for _ in range(self.k):
             yield trunk_hidden  # [B, S, d]: every horizon reads the same rows
+
+    def decode_drafter(self):
+        return lambda trunk_hidden, rest, ctx_for: trunk_hidden  # [1, n, d]: one row set for every horizon

@@ -5,6 +5,7 @@
 horizon projects the trunk state with its own V×d matrix.
 """
 
+import torch
 import torch.nn as nn
 
 import dataclasses
@@ -15,6 +16,7 @@ from lab.model.heads.base import MTPHead, NextTokenPath
 class LinearHead(MTPHead):
     horizon_containers = {**MTPHead.horizon_containers, "maps": 1}
     draft_proposer = "independent"
+    drafts_read_trunk_rows = True
 
     def __init__(self, cfg, model_cfg):
         super().__init__(cfg, model_cfg)
@@ -43,3 +45,10 @@ class LinearHead(MTPHead):
     def horizon_rows(self, trunk_hidden, ctx_for):
         for k in range(1, self.k + 1):
             yield trunk_hidden if self.maps is None else self.maps[k - 1](trunk_hidden)  # [B, S, d]
+
+    def decode_drafter(self):
+        """Maps 2..K as one batched product; replicated projections read the trunk rows themselves (G = 1)."""
+        if self.maps is None:
+            return lambda trunk_hidden, rest, ctx_for: trunk_hidden  # [1, n, d]
+        maps_t = torch.stack([m.weight.detach() for m in self.maps[1:]]).transpose(1, 2)  # [K-1, d, d]: W^T per horizon
+        return lambda trunk_hidden, rest, ctx_for: torch.matmul(trunk_hidden, maps_t)  # [K-1, n, d]

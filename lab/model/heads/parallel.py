@@ -1,9 +1,12 @@
 """Parallel heads (Gloeckle et al.): K independent block stacks on the trunk state."""
 
 from lab.model.heads.base import BlockStackHead
+from lab.model.heads.stacked import StackedBlocks
 
 
 class ParallelHead(BlockStackHead):
+    drafts_read_trunk_rows = True
+
     def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
         horizons = []
         for k, stack in enumerate(self.stacks[: self.horizons_to_run(n_horizons)], start=1):
@@ -14,3 +17,10 @@ class ParallelHead(BlockStackHead):
     def horizon_rows(self, trunk_hidden, ctx_for):
         for i, stack in enumerate(self.stacks):
             yield stack(trunk_hidden, ctx_for(("stack", i)))  # [B, S, d]: horizon i + 1
+
+    def decode_drafter(self):
+        """Stacks 2..K read the same trunk rows: one batched forward over a shared cache ("drafts") with a head axis."""
+        if self.k == 1:
+            return super().decode_drafter()
+        drafts = StackedBlocks([stack.blocks for stack in self.stacks[1:]])
+        return lambda trunk_hidden, rest, ctx_for: drafts(trunk_hidden.expand(self.k - 1, -1, -1), ctx_for(("drafts",)))  # [K-1, n, d]

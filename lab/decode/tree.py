@@ -1,0 +1,237 @@
+"""Draft trees (M7.4 §0x08B): topology, the typed proposal buffer, candidates, path statistics.
+
+A tree is a set of root-to-leaf paths of candidate *ranks*: path (0, 2, 1) takes the best
+candidate at draft position 1, the third at position 2 and the second at position 3.
+Independent heads propose one ranked candidate list per draft position (the top b_j by
+the head's logits when greedy; b_j draws without replacement from the head's distribution
+when sampling), so the candidates of one position are shared by every parent (Medusa's
+Cartesian tree). Widths [4, 3, 2] are all 24 paths of ranks < (4, 3, 2): 40 nodes.
+
+Node 0 is the root, the frontier token (emitted, not yet in the target cache); nodes
+1.. are drafts in breadth-first order, each after its parent. Every node's children must
+be ranks 0..c−1: the recursive rejection of multi-candidate sampling visits siblings in
+the order they were drawn, and a gap in the ranks would skip a draw it conditions on.
+A chain of m drafts is the tree of widths [1] * m.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+from lab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """Static topology: per node its parent, draft position (depth) and candidate rank (node 0 = root)."""
+
+    parents: tuple[int, ...]
+    depths: tuple[int, ...]
+    ranks: tuple[int, ...]
+
+    @staticmethod
+    def chain(m: int) -> "TreeShape":
+        return TreeShape.from_paths([(0,) * m]) if m else TreeShape((-1,), (0,), (0,))
+
+    @staticmethod
+    def from_widths(widths) -> "TreeShape":
+        return TreeShape.from_paths(list(itertools.product(*(range(w) for w in widths))))
+
+    @staticmethod
+    def from_paths(paths) -> "TreeShape":
+        prefixes = sorted({tuple(path[:j]) for path in paths for j in range(len(path) + 1)}, key=lambda p: (len(p), p))  # BFS order
+        node = {prefix: i for i, prefix in enumerate(prefixes)}  # () is node 0
+        parents = tuple(node[p[:-1]] if p else -1 for p in prefixes)
+        shape = TreeShape(parents, tuple(len(p) for p in prefixes), tuple(p[-1] if p else 0 for p in prefixes))
+        for i, kids in enumerate(shape.children):
+            ranks = [shape.ranks[c] for c in kids]
+            if ranks != list(range(len(ranks))):
+                raise ConfigError("tree", f"the children of node {prefixes[i]} have ranks {ranks}; every node's children must be ranks 0..c-1")
+        return shape
+
+    @property
+    def size(self) -> int:
+        """Nodes including the root."""
+        return len(self.parents)
+
+    @property
+    def depth(self) -> int:
+        return max(self.depths)
+
+    @cached_property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        """Per node, its children in rank order."""
+        kids: list[list[int]] = [[] for _ in self.parents]
+        for i, parent in enumerate(self.parents[1:], start=1):
+            kids[parent].append(i)
+        return tuple(tuple(sorted(k, key=lambda c: self.ranks[c])) for k in kids)
+
+    @cached_property
+    def widths(self) -> tuple[int, ...]:
+        """Candidates needed per draft position 1..depth (the highest rank used + 1)."""
+        return tuple(1 + max(r for r, d in zip(self.ranks, self.depths) if d == j) for j in range(1, self.depth + 1))
+
+    @property
+    def is_chain(self) -> bool:
+        return all(len(k) <= 1 for k in self.children)
+
+    @cached_property
+    def rank_paths(self) -> tuple[tuple[int, ...], ...]:
+        """Per node, the ranks from the root down to it."""
+        paths: list[tuple[int, ...]] = [()]
+        for i in range(1, self.size):
+            paths.append(paths[self.parents[i]] + (self.ranks[i],))
+        return tuple(paths)
+
+    def ancestor_mask(self, device=None) -> torch.Tensor:
+        """[n, n] bool: node i may attend to node j iff j is i or one of its ancestors."""
+        mask = torch.eye(self.size, dtype=torch.bool)
+        for i in range(1, self.size):
+            mask[i] |= mask[self.parents[i]]  # BFS order: the parent's row is complete
+        return mask.to(device)
+
+    def limited(self, depth: int, widths: list[int] | None = None) -> "TreeShape":
+        """The subtree of nodes at draft positions ≤ `depth` whose ranks stay below `widths[j-1]` (candidates available)."""
+        keep = [p for p in self.rank_paths if len(p) <= depth and (widths is None or all(r < widths[j] for j, r in enumerate(p)))]
+        return self if len(keep) == self.size else TreeShape.from_paths(keep)
+
+
+def tree_for_budget(agreement: list[float], nodes: int) -> TreeShape:
+    """The draft tree of at most `nodes` candidates with the largest expected accepted length (Medusa's calibration).
+
+    agreement[j]: the measured top-1 agreement of the head at draft position j + 1 (the run's
+    `val/agree/h{j+2}`). Assumed: rank r at position j is right with probability a_j (1 − a_j)^r
+    (the measured top-1 rate, geometric below it) and positions are independent, so a node's
+    value is the product along its path and the expected accepted length is the sum over nodes.
+    Nodes are added best-first; a node's next sibling or first child becomes a candidate only
+    once it is in, so the tree stays rank-closed.
+    """
+    agreement = [min(max(a, 1e-6), 1 - 1e-6) for a in agreement]  # a value of 0 would stop the product updates below
+    value = lambda j, r: agreement[j] * (1.0 - agreement[j]) ** r  # noqa: E731
+    paths, frontier = [], [(-value(0, 0), (0,))]
+    while frontier and len(paths) < nodes:
+        negative, path = heapq.heappop(frontier)
+        paths.append(path)
+        j = len(path) - 1
+        heapq.heappush(frontier, (negative / value(j, path[-1]) * value(j, path[-1] + 1), path[:-1] + (path[-1] + 1,)))  # next sibling
+        if j + 1 < len(agreement):
+            heapq.heappush(frontier, (negative * value(j + 1, 0), path + (0,)))  # first child
+    return TreeShape.from_paths(paths)
+
+
+def tree_shape(spec) -> TreeShape:
+    """`[4, 3, 2]` (widths per draft position) or `[(0,), (0, 1), (1, 0)]` (rank paths) -> TreeShape."""
+    if isinstance(spec, TreeShape):
+        return spec
+    allowed = "a list of widths per draft position (e.g. [4, 3, 2]) or a list of root-to-leaf rank paths (e.g. [[0, 0], [0, 1], [1]])"
+    if not isinstance(spec, (list, tuple)) or not spec:
+        raise ConfigError("tree", f"must be {allowed}, got {spec!r}")
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    if all(is_int(w) for w in spec):
+        if any(w < 1 for w in spec):
+            raise ConfigError("tree", f"widths must be integers ≥ 1, got {list(spec)}")
+        return TreeShape.from_widths(spec)
+    if all(isinstance(p, (list, tuple)) and p and all(is_int(r) and r >= 0 for r in p) for p in spec):
+        return TreeShape.from_paths([tuple(p) for p in spec])
+    raise ConfigError("tree", f"must be {allowed}, got {spec!r}")
+
+
+@dataclass
+class ProposalBuffer:
+    """One round's candidates (M7.4 §0x08B): what the target verifies and acceptance needs, nothing committed."""
+
+    prefix_version: int  # committed target rows the proposal was made after
+    shape: TreeShape
+    tokens: list[int]  # per node; node 0 is the frontier
+    horizons: list[int]  # per node, the horizon whose head proposed it (0 for the frontier)
+    scores: list[float]  # per node, the draft log-probability of its token (0 for the frontier)
+    candidate_probs: list[torch.Tensor | None]  # per draft position j: [b_j, V] float64, the law rank r was drawn from (None: greedy)
+    head_identity: str  # which head (and weights) proposed
+    vocab_identity: str  # the vocabulary the token ids index
+
+    @property
+    def parents(self) -> tuple[int, ...]:
+        return self.shape.parents
+
+    def path_tokens(self, path: list[int]) -> list[int]:
+        return [self.tokens[node] for node in path]
+
+
+def ranked_candidates(logits: torch.Tensor, widths, chooser) -> tuple[list[list[int]], list[torch.Tensor | None], list[list[float]]]:
+    """Per draft position j, `widths[j]` ranked candidates from the head's logits [m, V].
+
+    Greedy: the top b_j token ids. Sampling: b_j draws without replacement; draw r comes
+    from the head's distribution with draws 0..r−1 removed and renormalised, and that law
+    is kept ([b_j, V]) for the acceptance ratio. Fewer candidates come back when the
+    distribution's support (e.g. under top_k) runs out.
+    """
+    m = len(widths)
+    if chooser.greedy:
+        top = logits[:m].topk(min(max(widths), logits.shape[-1]), dim=-1)  # [m, b_max]
+        ids, logp = top.indices.tolist(), (top.values - logits[:m].logsumexp(-1, keepdim=True)).tolist()  # one host sync each
+        return [row[:w] for row, w in zip(ids, widths)], [None] * m, [row[:w] for row, w in zip(logp, widths)]
+    probs = chooser.probs(logits[:m])  # [m, V] float64
+    support = (probs > 0).sum(-1).tolist()  # [m]: tokens a draw can still reach (one host sync)
+    tokens, laws, scores = [], [], []
+    for j, width in enumerate(widths):
+        q, drawn, law = probs[j], [], []
+        for _ in range(min(width, support[j])):
+            token = chooser.draws.sample(q)
+            drawn.append(token), law.append(q)
+            q = q.clone()
+            q[token] = 0.0
+            q = q / q.sum()  # [V]: the law of the next draw (mass is left: fewer draws than support)
+        law = torch.stack(law)  # [b_j, V]
+        tokens.append(drawn), laws.append(law), scores.append(law[range(len(drawn)), drawn].log().tolist())
+    return tokens, laws, scores
+
+
+def build_buffer(shape: TreeShape, frontier: int, candidates, laws, scores, version: int, head: str, vocab: str) -> ProposalBuffer:
+    """Place ranked candidates (per position) on the nodes of `shape`, pruned to the candidates available."""
+    shape = shape.limited(shape.depth, [len(c) for c in candidates])
+    tokens, horizons, node_scores = [frontier], [0], [0.0]
+    for depth, rank in zip(shape.depths[1:], shape.ranks[1:]):
+        tokens.append(candidates[depth - 1][rank]), horizons.append(depth + 1), node_scores.append(scores[depth - 1][rank])
+    return ProposalBuffer(version, shape, tokens, horizons, node_scores, laws[: shape.depth], head, vocab)
+
+
+# ---- path statistics (Generation.stats): per-position top-1 agreement and its Fréchet bounds ----
+
+
+def record_top1(stats: dict, start: int, top1: list[int]) -> None:
+    """Remember the round's rank-0 drafts; `start` = the output index of the frontier."""
+    stats.setdefault("_top1_rounds", []).append((start, top1))
+
+
+def settle_top1(stats: dict, out: list[int], max_drafts: int) -> None:
+    """Count, over rounds whose every draft slot lies inside the output, how often the rank-0 draft at
+    position j equals the token emitted there, and how often all of them do (`top1_*` counters)."""
+    match, checked, every = [0] * max_drafts, 0, 0
+    for start, top1 in stats.pop("_top1_rounds", []):
+        if len(top1) < max_drafts or start + max_drafts >= len(out):
+            continue
+        hits = [top1[j] == out[start + 1 + j] for j in range(max_drafts)]
+        match = [m + h for m, h in zip(match, hits)]
+        checked, every = checked + 1, every + all(hits)
+    stats.update(top1_match_by_position=match, top1_checked_rounds=checked, top1_all_match=every)
+
+
+def frechet(stats: dict) -> dict:
+    """Per-position top-1 agreement a_j, the all-positions rate, and the bounds of M7.4 §0x08B:
+    max(0, Σ a_j − K + 1) ≤ P(all) ≤ min a_j (they hold for any joint law, the empirical one too)."""
+    n = stats.get("top1_checked_rounds", 0)
+    if not n:
+        return {"per_position": [], "all": float("nan"), "lower": float("nan"), "upper": float("nan")}
+    a = [m / n for m in stats["top1_match_by_position"]]
+    return {"per_position": a, "all": stats["top1_all_match"] / n, "lower": max(0.0, sum(a) - len(a) + 1), "upper": min(a)}
+
+
+def path_acceptance(stats: dict) -> float:
+    """Fraction of rounds with the full draft depth whose whole accepted path reached that depth."""
+    full = [(p, a) for p, a in zip(stats["proposed_by_round"], stats["accepted_by_round"]) if p and p == max(stats["proposed_by_round"])]
+    return sum(a == p for p, a in full) / len(full) if full else float("nan")

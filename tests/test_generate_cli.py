@@ -73,7 +73,7 @@ def test_generate_from_checkpoint_run_dir_and_stdin(run_dir, capsysbinary, monke
 
     code, out, err = run(str(run_dir), "--prompt", PROMPT, "--max-new-tokens", "12", "--speculative")
     assert code == 0 and out == first.stdout  # greedy speculative is exact
-    assert b"tokens/forward: " in err and b"accept by position: " in err
+    assert b"tokens/forward: " in err and b"accept by position P(prefix>=j): " in err
     code, out, err = run(str(run_dir), "--prompt", PROMPT, "--max-new-tokens", "12", "--speculative", "--tree", "3,2")
     assert code == 0 and out == first.stdout  # a greedy tree is exact too
     assert b"(Fr\xc3\xa9chet)" in err and b"tree nodes/round: " in err

@@ -47,6 +47,16 @@ class HFTrunkCache:
     def discard(self) -> None:
         self.commit(0)
 
+    def commit_rows(self, rows: list[int]) -> None:
+        """Commit provisional rows `rows` (increasing offsets after the committed prefix); chains commit a prefix.
+
+        A tree's path would need per-node positions in transformers' attention, which this cache does
+        not give (trees on HF trunks are refused in lab.decode.generate): any other row set is an error.
+        """
+        if rows != list(range(len(rows))):
+            raise ValueError(f"cache {self.key}: transformers' cache commits a prefix of its provisional rows, not rows {rows}")
+        self.commit(len(rows))
+
     def row_bytes(self) -> int:
         total = 0
         for layer in self.dynamic.layers:

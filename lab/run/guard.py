@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from lab.errors import ConfigError
+from lab.run.lock import lock_directory, unlock_directory
 
 HYDRA_SUBDIR_MARKER = "overrides.yaml"
 
@@ -103,12 +105,14 @@ def refuse(field: str, message: str) -> None:
 
 
 class RunDirGuard(Callback):
-    """Hydra callback: unwritable run/sweep dirs are refused; a re-attempt keeps the run's `.hydra/` files."""
+    """Hydra callback: unwritable run/sweep dirs are refused, and so is a run, job or sweep dir
+    another process is using (lab/run/lock.py); a re-attempt keeps the run's `.hydra/` files."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         run_dir = Path(str(config.hydra.run.dir)).absolute()
         try:
             require_writable(run_dir, "hydra.run.dir")
+            lock_directory(run_dir, "hydra.run.dir")  # before Hydra writes its log and .hydra/ files there
         except ConfigError as error:
             refuse(error.field, error.message)
         subdir = config.hydra.output_subdir
@@ -117,7 +121,24 @@ class RunDirGuard(Callback):
                 config.hydra.output_subdir = None  # run.json's attempts hold this attempt's overrides
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         try:
-            require_writable(Path(str(config.hydra.sweep.dir)).absolute(), "hydra.sweep.dir")
+            require_writable(sweep_dir, "hydra.sweep.dir")
+            lock_directory(sweep_dir, "hydra.sweep.dir")  # also keeps `lab-resume` off a running sweep
         except ConfigError as error:
             refuse(error.field, error.message)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if is_sweep_job(config):  # a single run locked its dir in on_run_start
+            try:
+                lock_directory(Path(str(config.hydra.runtime.output_dir)), "hydra.sweep.subdir")
+            except ConfigError as error:
+                refuse(error.field, error.message)
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        if is_sweep_job(config):  # the next job of this launcher process locks its own dir
+            unlock_directory(Path(str(config.hydra.runtime.output_dir)))
+
+
+def is_sweep_job(config: DictConfig) -> bool:
+    return config.hydra.mode == RunMode.MULTIRUN

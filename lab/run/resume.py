@@ -16,7 +16,9 @@ from pathlib import Path
 
 import yaml
 
+from lab.errors import ConfigError
 from lab.report.records import ReportError, collect_sweep, hydra_job_settings
+from lab.run.lock import lock_directory
 
 DROPPED = ("ckpt_path", "hydra.run.dir", "hydra.sweep.dir", "hydra.mode", "hydra.job.num")  # replaced below
 
@@ -71,13 +73,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     sweep_dir = Path(args.sweep_dir)
     try:
+        if not args.dry_run and sweep_dir.is_dir():
+            lock_directory(sweep_dir, "sweep_dir")  # one lab-resume (or running sweep) per sweep
         todo = unfinished(sweep_dir)
         print(f"lab-resume: {len(todo)} unfinished or failed job(s) in {sweep_dir}")
         still_failed = sum(not rerun(job_dir, sweep_dir, status, args.dry_run) for job_dir, status in todo)
         if args.dry_run:
             return
         report = build_sweep_report(sweep_dir)
-    except ReportError as error:  # not a sweep, or (after the re-runs) no completed job to report on
+    except (ReportError, ConfigError) as error:  # not a sweep, in use, or (after the re-runs) no completed job to report on
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed)")

@@ -6,7 +6,8 @@ A record is a dict with a fixed shape, whatever its source:
     name        str   job directory name (or wandb run name)
     run_dir     str   path relative to the sweep directory ('' for wandb runs)
     overrides   list  the job's Hydra task overrides, e.g. ["head=parallel", "seed=1"]
-    status      str   "ok" | "failed" | "interrupted" (run.json still says running, its process is gone)
+    status      str   "ok" | "failed" | "interrupted" (stopped by a signal, or run.json still says running
+                      and its process is gone)
                       | "running" (its process is alive on this host)
     error       str   failure reason, or where an interrupted job stopped (None when ok)
     run_time_s  float wall time of the job (None when unknown)
@@ -174,7 +175,7 @@ def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
         record["error"] = f"unreadable run.json: {error}"
         return record
     record["overrides"] = [str(o) for o in payload.get("overrides") or record["overrides"]]
-    record["status"] = "ok" if payload.get("status") == "ok" else "failed"
+    record["status"] = payload.get("status") if payload.get("status") in ("ok", "interrupted") else "failed"
     record["error"] = payload.get("error") or (None if record["status"] == "ok" else f"status {payload.get('status')!r}")
     if payload.get("status") == "running":
         record["status"], record["error"] = running_status(payload, record["history"])

@@ -208,7 +208,8 @@ def check_single_run(cfg: DictConfig) -> None:
     from lab.model.compile import split_compile_option
     from lab.model.heads import head_config
     from lab.model.mtp import model_config, trunk_layers
-    from lab.objective.objective import Objective
+    from lab.objective.objective import Objective, typed
+    from lab.training.optim import OptimConfig
 
     def plain(group: str) -> dict:
         return OmegaConf.to_container(cfg[group], resolve=True)
@@ -219,6 +220,7 @@ def check_single_run(cfg: DictConfig) -> None:
     model, _ = split_compile_option(plain("model"))
     model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
     trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
+    typed(OptimConfig, plain("optim"), "optim")
     objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
     Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)
     check_horizons_fit(head.k, data.seq_len, head.offsets)

@@ -115,7 +115,7 @@ def validate_data_config(**options) -> DataConfig:
     _require_int(config.min_doc_chars, "data.min_doc_chars", minimum=0)
     _require_int(config.seed, "data.seed", minimum=None)
     _require_int(config.num_workers, "data.num_workers", minimum=0)
-    _require_int(config.max_val_rows, "data.max_val_rows", minimum=0, optional=True)
+    _require_int(config.max_val_rows, "data.max_val_rows", minimum=1, optional=True)  # 0 rows: no validation metric at all
     _require_int(config.num_proc, "data.num_proc", minimum=1, optional=True)
     _require_int(config.shuffle_buffer, "data.shuffle_buffer", minimum=1)
     for flag in ("shuffle", "streaming"):

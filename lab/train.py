@@ -25,7 +25,7 @@ from lab.errors import ConfigError, RunInterrupted
 from lab.config.preflight import experiment_listing, preflight
 from lab.config.resolvers import register_resolvers
 from lab.run.attempts import begin_attempt, close_attempt, failure_reason, final_value, nothing_left
-from lab.run.guard import check_paths
+from lab.run.guard import check_paths, discard_new_run_dir
 from lab.run.record import INTERRUPTED, RunRecord
 from lab.tracking.wandb_status import finish_wandb, mark_wandb_run_failed
 
@@ -170,7 +170,9 @@ def run(cfg: DictConfig) -> float | None:
         sys.exit(stop.exit_code)
     except Exception as error:
         reason = failure_reason(error, cfg, run_dir)
-        reason += close_attempt(record, attempt, "failed", reason)
+        refused_new_run = attempt is None and hydra_cfg.mode == RunMode.RUN and discard_new_run_dir(run_dir)
+        if not refused_new_run:  # a refused first attempt leaves no folder behind; any other attempt is recorded
+            reason += close_attempt(record, attempt, "failed", reason)
         mark_wandb_run_failed(reason)
         finish_wandb()
         if hydra_cfg.mode == RunMode.MULTIRUN:

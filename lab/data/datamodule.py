@@ -129,6 +129,15 @@ def validate_data_config(**options) -> DataConfig:
     return config
 
 
+def require_both_splits(n_train: int, n_val: int, val_fraction: float) -> None:
+    """Training and validation each need a document (a one-document corpus, e.g. one long line, has one split only)."""
+    require(
+        n_train > 0 and n_val > 0, "data.path",
+        f"the corpus splits into {n_train} training and {n_val} validation document(s) (data.val_fraction={val_fraction}); "
+        "each split needs at least one: give more documents (a text file holds one per line)",
+    )
+
+
 def _require_int(value, field: str, *, minimum: int | None, optional: bool = False) -> None:
     if optional and value is None:
         return
@@ -213,6 +222,8 @@ class LMDataModule(RowsDataModule):
             cache_dir=self.cache_dir,
             streaming=config.streaming,
         )
+        if not config.streaming:
+            require_both_splits(len(corpus.train), len(corpus.val), config.val_fraction)
         tokenizer = build_tokenizer(
             config.tokenizer, config.vocab_size, _iter_texts(corpus.train), self.cache_dir, corpus.fingerprint
         )

@@ -21,13 +21,16 @@ from __future__ import annotations
 import torch
 
 from lab.decode.sampling import TokenChooser
+from lab.errors import require
 from lab.decode.target import CachedModel, TargetPass
 
 
 class IndependentHeads:
     def __init__(self, state: CachedModel, draft_steps: int | None):
         self.state, self.model = state, state.model
-        self.max_drafts = self.model.k - 1 if draft_steps is None else min(draft_steps, self.model.k - 1)
+        heads = self.model.k - 1  # one draft per extra horizon
+        require(draft_steps is None or draft_steps <= heads, "draft_steps", f"must be ≤ {heads} (this K={self.model.k} model drafts with its {heads} extra heads), got {draft_steps}")
+        self.max_drafts = heads if draft_steps is None else draft_steps
         self.next_logits: torch.Tensor | None = None  # [K-1, V] horizons 2..K at the last committed row
 
     def after_verify(self, target_pass: TargetPass, kept: int) -> None:

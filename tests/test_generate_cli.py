@@ -109,8 +109,8 @@ def test_release_generates_the_parent_checkpoints_tokens(run_dir, tmp_path, caps
         (["--prompt", "ok \udcff"], None, "--prompt"),  # an undecodable argv byte (surrogate escape)
         (["--prompt", "x" * 40], None, "prompt"),  # the run's context is data.seq_len=32
         (["--prompt", ""], None, "prompt"),
-        (["--prompt", "x", "--speculative", "--draft-steps", "0"], None, "draft_steps"),
-        (["--prompt", "x", "--speculative", "--draft-steps", "50"], None, "draft_steps: must be ≤ 2"),  # K=3: 2 extra heads
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--draft-steps", "0"], None, "draft_steps"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--draft-steps", "50"], None, "draft_steps: must be ≤ 2"),  # K=3: 2 extra heads
         (["--prompt", "x", "--max-new-tokens", "40", "--max-context"], None, "--max-new-tokens"),  # 1 + 40 > seq_len 32
     ],
 )

@@ -2,7 +2,9 @@
 
 - `RunDirGuard` (a Hydra callback, conf/hydra/default.yaml) refuses an unwritable run or
   sweep directory before Hydra configures its log file there (which would end in
-  `ValueError: Unable to configure handler 'file'`), and keeps a run directory's `.hydra/`
+  `ValueError: Unable to configure handler 'file'`), and one another process holds
+  (lab/run/lock.py); it notes the folders it makes, so that `discard_new_run_dir` can take a
+  refused first attempt's folder away again (no folder is left behind by bad input); and it keeps a run directory's `.hydra/`
   files those of its first attempt: a resume (`hydra.run.dir=<existing run> ckpt_path=last`)
   records its own overrides in run.json's `attempts` instead of replacing the run's.
 - `check_paths` checks, before anything is built, that the corpus files can be read and the

@@ -39,5 +39,5 @@ def test_planned_jobs_without_a_folder_are_listed_not_started_and_lab_resume_wou
     dry = subprocess.run([sys.executable, "-m", "lab.run.resume", "--dry-run", str(sweep)], env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, timeout=600)
     assert dry.returncode == 0, dry.stderr[-2000:]
-    assert "0 unfinished or failed job(s), 2 not started" in dry.stdout
+    assert f"0 unfinished or failed job(s) in {sweep}; 2 not started" in dry.stdout
     assert f"hydra.run.dir={sweep.resolve()}/1-linear-k1" in dry.stdout and "hydra.job.num=1" in dry.stdout, dry.stdout

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.dry_run and sweep_dir.is_dir():
             lock_directory(sweep_dir, "sweep_dir")  # one lab-resume (or running sweep) per sweep
         todo, planned = unfinished(sweep_dir), not_started(sweep_dir)
-        print(f"lab-resume: {len(todo)} unfinished or failed job(s), {len(planned)} not started, in {sweep_dir}")
+        print(f"lab-resume: {len(todo)} unfinished or failed job(s) in {sweep_dir}; {len(planned)} not started")
         still_failed = sum(not rerun(job_dir, sweep_dir, status, args.dry_run) for job_dir, status in todo)
         still_failed += sum(not start(job, sweep_dir, args.dry_run) for job in planned)
         if args.dry_run:

@@ -21,12 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 from lab.config.checks import check_config
 from lab.tracking.console import current_wandb_run, quiet_csv_overwrite, quiet_known_noise, summary_line
 from lab.tracking.csv_history import keep_csv_history
-from lab.errors import ConfigError
+from lab.errors import ConfigError, RunInterrupted
 from lab.config.preflight import experiment_listing, preflight
 from lab.config.resolvers import register_resolvers
 from lab.run.attempts import begin_attempt, close_attempt, failure_reason, final_value, nothing_left
-from lab.run.guard import check_paths
-from lab.run.record import RunRecord
+from lab.run.guard import check_paths, discard_new_run_dir
+from lab.run.record import INTERRUPTED, RunRecord
 from lab.tracking.wandb_status import finish_wandb, mark_wandb_run_failed
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -92,12 +92,16 @@ def prepare(cfg: DictConfig, record: RunRecord):
 
 
 def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str | None, resume_step: int | None):
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
     from lab.callbacks.run_heartbeat import RunHeartbeat
+    from lab.callbacks.stop_on_signal import StopOnSignal
     from lab.callbacks.throughput import TokenThroughput
     from lab.checkpoint import build_manifest
     from lab.checkpoint.io import SafeCheckpointIO
 
-    callbacks = instantiate_callbacks(cfg) + [RunHeartbeat(record)]
+    stop = StopOnSignal()
+    callbacks = instantiate_callbacks(cfg) + [RunHeartbeat(record), stop]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
     log_run_config(loggers, cfg)
     previous_metrics = (Path(cfg.paths.output_dir) / "metrics.csv").exists()
@@ -107,7 +111,10 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
     with quiet_csv_overwrite(previous_metrics, resuming=resume_step is not None):
         for logger in loggers:  # wandb's run config and the CSV logger's hparams.yaml carry the model's cost
             logger.log_hyperparams({"cost": record.fields.get("cost", {})})
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        except SIGTERMException:  # Lightning's stop after a SIGTERM (or a SIGINT, see StopOnSignal)
+            raise stop.interrupted(trainer) from None
     record.update(manifest=build_manifest(module, datamodule))  # with the final weight-schedule position
     measured = [c.summary() for c in callbacks if isinstance(c, TokenThroughput)]
     if measured:
@@ -161,9 +168,17 @@ def run(cfg: DictConfig) -> float | None:
             return final_value(record.previous.get("final_metrics") or {})
         attempt = begin_attempt(record, cfg, run_dir, ckpt_path, resume_step)
         trainer = fit(cfg, record, datamodule, module, ckpt_path, resume_step)
+    except RunInterrupted as stop:  # preempted or Ctrl-C: the whole command stops, a sweep's later jobs too
+        note = close_attempt(record, attempt, INTERRUPTED, f"{stop}; resume with ckpt_path=last", step=stop.step)
+        finish_wandb()
+        print(f"interrupted: {run_dir}: {stop}; resume: lab-train <same overrides> hydra.run.dir={run_dir} ckpt_path=last{note}",
+              file=sys.stderr, flush=True)
+        sys.exit(stop.exit_code)
     except Exception as error:
         reason = failure_reason(error, cfg, run_dir)
-        reason += close_attempt(record, attempt, "failed", reason)
+        refused_new_run = attempt is None and hydra_cfg.mode == RunMode.RUN and discard_new_run_dir(run_dir)
+        if not refused_new_run:  # a refused first attempt leaves no folder behind; any other attempt is recorded
+            reason += close_attempt(record, attempt, "failed", reason)
         mark_wandb_run_failed(reason)
         finish_wandb()
         if hydra_cfg.mode == RunMode.MULTIRUN:
@@ -177,7 +192,8 @@ def run(cfg: DictConfig) -> float | None:
             sys.exit(1 if attempt is not None and not isinstance(error, ConfigError) else 2)  # 1: a fault mid-run
         raise
     except BaseException as error:  # KeyboardInterrupt, SystemExit: stop everything, sweep included
-        close_attempt(record, attempt, "failed", f"{type(error).__name__}: {error}")
+        status = INTERRUPTED if isinstance(error, KeyboardInterrupt) else "failed"
+        close_attempt(record, attempt, status, f"{type(error).__name__}: {error}")
         finish_wandb()
         raise
     record.finish("ok", metrics=trainer.callback_metrics)

@@ -5,6 +5,11 @@ environment names the point and the run directory:
 
     MTP_LAB_KILL_AT=<point>@<global step>   MTP_LAB_KILL_DIR=<run dir name>
 
+`SignalAt` sends a signal instead (`+callbacks.signal._target_=tests.chaos_hooks.SignalAt`,
+`MTP_LAB_SIGNAL_AT=<SIGTERM|SIGINT>@<global step>`) once the step's training batch is done:
+SIGTERM to its own process (a scheduler's preemption), SIGINT to its whole process group (what
+a terminal's Ctrl-C does to a foreground job).
+
 Points: `batch_end` (a training step done, its checkpoint not yet in place), `batch_start`
 (a step's staged checkpoint not yet renamed into place), `validation` (mid-validation, after
 its first batch), `checkpoint_write` (the checkpoint bytes are in the temp file, not yet
@@ -68,3 +73,17 @@ class KillAt(pl.Callback):
     def on_train_end(self, trainer, pl_module):
         if self._at("train_end", trainer):
             die()
+
+
+class SignalAt(pl.Callback):
+    def __init__(self):
+        name, _, step = os.environ.get("MTP_LAB_SIGNAL_AT", "").partition("@")
+        self.signum, self.step = (signal.Signals[name], int(step)) if name else (None, -1)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.signum is None or trainer.global_step != self.step:
+            return
+        if self.signum == signal.SIGINT:
+            os.killpg(os.getpgid(0), signal.SIGINT)
+        else:
+            os.kill(os.getpid(), self.signum)

@@ -1,11 +1,12 @@
-"""Chaos acceptance test: a sweep job killed five times, refused once, resumed when finished.
+"""Chaos acceptance test: a sweep job killed five times, refused once, resumed when finished; a job never started.
 
-Sweep A runs 2 jobs uninterrupted. Sweep B runs the same 2 jobs; job 1 is SIGKILLed by its
+Sweep A runs 3 jobs uninterrupted. Sweep B runs the same 3 jobs; job 1 is SIGKILLed by its
 own process (tests/chaos_hooks.py) at five named points — after a training step, during a
 validation, while a checkpoint is being written, before a staged checkpoint is renamed into
 place, after the final checkpoint — and resumed after each kill with the README's
 sweep-resume recipe. Then a resume with a wrong override is refused, and a resume of the
-finished job has nothing to do. B's report, runs.csv and every job's metrics.csv must equal
+finished job has nothing to do. Job 2 never started (the kill stopped the sweep): the report
+lists it `not started` and `lab-resume` runs it and rebuilds the report. B's report, runs.csv and every job's metrics.csv must equal
 A's (time-dependent columns aside), no temp file may remain, and run.json must hold every
 attempt.
 """
@@ -40,7 +41,7 @@ def sweep_overrides() -> list[str]:
     return [
         *tiny, f"trainer.max_steps={STEPS}", f"trainer.val_check_interval={VAL_EVERY}",
         f"callbacks.checkpoint.every_n_train_steps={EVERY}", "+callbacks.chaos._target_=tests.chaos_hooks.KillAt",
-        "seed=0,1",
+        "seed=0,1,2",
     ]
 
 
@@ -98,8 +99,9 @@ def test_killed_refused_and_finished_resumes_leave_the_sweep_records_of_an_unint
     assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]  # SIGKILL: job 1 dies, the sweep with it (no report yet)
     job = b / KILLED_JOB
     original_overrides = (job / ".hydra" / "overrides.yaml").read_text()
-    killed = {r["job"]: r for r in collect_sweep(b).records}[1]
-    assert killed["status"] == "interrupted" and "last logged step" in killed["error"], killed["error"]
+    listed = {r["job"]: r for r in collect_sweep(b).records}
+    assert listed[1]["status"] == "interrupted" and "last logged step" in listed[1]["error"], listed[1]["error"]
+    assert listed[2]["status"] == "not started" and listed[2]["overrides"][-1] == "seed=2" and not (b / "2-ntp-k1").exists()
     assert read_run(job)["status"] == "running" and read_run(job)["pid"] and read_run(job)["host"]
 
     for point, step in KILLS[1:]:
@@ -121,11 +123,11 @@ def test_killed_refused_and_finished_resumes_leave_the_sweep_records_of_an_unint
     assert (job / "checkpoints" / "last.ckpt").read_bytes() == before["last.ckpt"]
     assert (job / ".hydra" / "overrides.yaml").read_text() == original_overrides  # no ckpt_path=last piling up
 
-    report = subprocess.run([sys.executable, "-m", "lab.report.cli", str(b)], cwd=tmp_path, env=env(cache_dir), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
-    assert report.returncode == 0, report.stderr[-3000:]
+    finish = subprocess.run([sys.executable, "-m", "lab.run.resume", str(b)], cwd=tmp_path, env=env(cache_dir), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert finish.returncode == 0 and "(3 ok, 0 failed)" in finish.stdout, finish.stdout[-2000:] + finish.stderr[-3000:]
     assert csv_rows((b / "runs.csv").read_text()) == csv_rows((a / "runs.csv").read_text())
     assert report_text(b) == report_text(a)
-    for name in ("0-ntp-k1", KILLED_JOB):
+    for name in ("0-ntp-k1", KILLED_JOB, "2-ntp-k1"):
         assert csv_rows((b / name / "metrics.csv").read_text()) == csv_rows((a / name / "metrics.csv").read_text()), name
     assert not [p for p in b.rglob("*") if p.name.endswith((".partial", ".staged"))]
 

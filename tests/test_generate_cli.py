@@ -112,10 +112,12 @@ def test_release_generates_the_parent_checkpoints_tokens(run_dir, tmp_path, caps
         (["--prompt", "ok \udcff"], None, "--prompt"),  # an undecodable argv byte (surrogate escape)
         (["--prompt", "x" * 40], None, "prompt"),  # the run's context is data.seq_len=32
         (["--prompt", ""], None, "prompt"),
-        (["--prompt", "x", "--speculative", "--draft-steps", "0"], None, "draft_steps"),
-        (["--prompt", "x", "--speculative", "--tree", "2,x"], None, "--tree"),
-        (["--prompt", "x", "--tree", "2,2"], None, "--tree"),
-        (["--prompt", "x", "--speculative", "--tree", "2,2,2"], None, "tree"),  # K=3 drafts 2 positions
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--draft-steps", "0"], None, "draft_steps"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--draft-steps", "50"], None, "draft_steps: must be ≤ 2"),  # K=3: 2 extra heads
+        (["--prompt", "x", "--max-new-tokens", "40", "--max-context"], None, "--max-new-tokens"),  # 1 + 40 > seq_len 32
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--tree", "2,x"], None, "--tree"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--tree", "2,2"], None, "--tree"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--tree", "2,2,2"], None, "tree"),  # K=3 drafts 2 positions
     ],
 )
 def test_bad_input_is_one_line_exit_2(run_dir, args, stdin, field, capsysbinary, monkeypatch):
@@ -123,6 +125,14 @@ def test_bad_input_is_one_line_exit_2(run_dir, args, stdin, field, capsysbinary,
     lines = [line for line in err.decode().splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}"), err
     assert out == b""
+
+
+def test_generating_past_the_trained_context_warns_in_one_line_naming_it(run_dir, capsysbinary, monkeypatch):
+    code, out, err = lab_generate_in_process(capsysbinary, monkeypatch, str(run_dir), "--prompt", "x", "--max-new-tokens", "40")
+    warnings = [line for line in err.decode().splitlines() if line.startswith("warning:")]
+    assert code == 0 and out and len(warnings) == 1 and "data.seq_len=32" in warnings[0] and "= 41 positions" in warnings[0], err
+    code, _, err = lab_generate_in_process(capsysbinary, monkeypatch, str(run_dir), "--prompt", "x", "--max-new-tokens", "31")
+    assert code == 0 and b"warning" not in err  # 1 + 31 = 32 positions: within the trained context
 
 
 def test_missing_model_path_is_one_line_exit_2(tmp_path, capsysbinary, monkeypatch):

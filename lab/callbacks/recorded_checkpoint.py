@@ -14,6 +14,9 @@ good (the resumed run does not redo them). `RecordedCheckpoint` orders things:
   renamed into place at the next batch start (or at the end of training), once the loggers
   have flushed that step's rows;
 - the loggers are flushed before every checkpoint write;
+- a run told to stop (SIGTERM, SIGINT: lab/callbacks/stop_on_signal.py) writes `last.ckpt`
+  for the step it reached the same way, whatever `every_n_train_steps` says, and publishes
+  it when the run stops before the next step;
 - `trainer.callback_metrics` travel in the checkpoint, so a resumed run's final metrics
   (run.json, runs.csv) equal an uninterrupted run's even when the resumed part logs
   fewer metrics (e.g. a throughput window that did not complete).
@@ -26,8 +29,11 @@ from pathlib import Path
 
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lab.callbacks.stop_on_signal import stop_requested
 from lab.checkpoint.files import fsync_dir, staged_path
+from lab.errors import RunInterrupted
 
 METRICS_KEY = "mtp_callback_metrics"
 
@@ -54,12 +60,15 @@ class RecordedCheckpoint(ModelCheckpoint):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         due = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0
-        if due and not self._should_skip_saving_checkpoint(trainer) and validation_follows(trainer):
+        stopping = stop_requested(trainer) and bool(self.save_last)  # the run stops after this step
+        if (due or stopping) and not self._should_skip_saving_checkpoint(trainer) and validation_follows(trainer):
             self._defer_save_until_validation = True  # ModelCheckpoint.on_validation_end writes it
             return
         self._staging = True
         try:
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            if stopping and not self._should_skip_saving_checkpoint(trainer):
+                self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         finally:
             self._staging = False
 
@@ -93,6 +102,11 @@ class RecordedCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer, pl_module):
         self._publish(trainer)
         super().on_train_end(trainer, pl_module)
+
+    def on_exception(self, trainer, pl_module, exception):
+        # A signalled run stops once the step's rows are logged: the step's checkpoint may go in place.
+        if isinstance(exception, (RunInterrupted, SIGTERMException)):
+            self._publish(trainer)
 
     # ---- final metrics across a resume --------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,14 @@ def _siblings(path: Path) -> str:
     return f"other checkpoints in {path.parent}: {', '.join(others)}" if others else f"no other checkpoint in {path.parent}"
 
 
+def unsafe_globals(path: Path) -> list[str]:
+    """The globals torch's safe loading refuses in `path` (torch's own scan; [] when it cannot scan the file)."""
+    try:
+        return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+    except Exception:  # not a zip checkpoint, truncated: then it is damaged, not unsafe
+        return []
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict:
     """torch.load with weights_only=True; a damaged or unsafe file is one ConfigError line."""
     path = Path(path)
@@ -45,9 +52,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         # torch reports both unsafe globals and plain garbage this way; only the former is a pickle of code.
-        unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+        unsafe = unsafe_globals(path)
         if unsafe:
-            raise ConfigError("checkpoint", f"{path} holds {unsafe.group(1)}, which safe (weights_only) loading refuses to unpickle") from None
+            raise ConfigError("checkpoint", f"{path} holds {', '.join(unsafe)}, which safe (weights_only) loading refuses to unpickle") from None
         raise ConfigError("checkpoint", f"{path} is truncated or corrupted (not a readable checkpoint); {_siblings(path)}") from None
     except (RuntimeError, EOFError, OSError, KeyError, ValueError, IndexError, zipfile.BadZipFile) as error:
         raise ConfigError("checkpoint", f"{path} is truncated or corrupted ({_first_line(error)}); {_siblings(path)}") from None

@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lab.errors import ConfigError, require
-from lab.schema import did_you_mean
+from lab.schema import did_you_mean, typed
 
 # Lightning's precision strings (plus its short aliases); transformer-engine needs NVIDIA's package.
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
@@ -59,6 +59,7 @@ def check_config(cfg: DictConfig) -> None:
     from lab.model.heads import head_config
     from lab.model.mtp import head_defaults_for, model_config, trunk_layers
     from lab.objective.objective import Objective
+    from lab.training.optim import OptimConfig
 
     def plain(group: str) -> dict:
         return OmegaConf.to_container(cfg[group], resolve=True)
@@ -74,6 +75,7 @@ def check_config(cfg: DictConfig) -> None:
     else:
         model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
         trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
+    typed(OptimConfig, plain("optim"), "optim")
     objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
     Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)
     check_horizons_fit(head.k, data.seq_len, head.offsets)
@@ -99,7 +101,10 @@ def check_trainer(trainer: DictConfig) -> None:
     """Precision and accelerator, before the Trainer would fail with a multi-line traceback."""
     precision = str(trainer.get("precision", "32-true"))
     require(precision in PRECISIONS, "trainer.precision", f"unknown '{precision}'; allowed: {', '.join(PRECISIONS[:6])}")
+    check_trainer_counts(trainer)
     accelerator = str(trainer.get("accelerator", "cpu"))
+    if accelerator not in ("cpu", "auto", *GPU_ACCELERATORS):
+        check_other_accelerator(accelerator)
     if accelerator in GPU_ACCELERATORS:
         import torch
 
@@ -107,3 +112,35 @@ def check_trainer(trainer: DictConfig) -> None:
             torch.cuda.is_available(), "trainer.accelerator",
             f"'{accelerator}' needs a CUDA device and none is visible; allowed here: cpu, auto (e.g. trainer=default trainer.precision=bf16-mixed)",
         )
+
+
+def check_trainer_counts(trainer: DictConfig) -> None:
+    """Step counts Lightning would refuse (or, for log_every_n_steps, accept and misbehave on) only once fit starts."""
+    interval = trainer.get("val_check_interval")
+    require(
+        interval is None or (is_int(interval) and interval >= 1) or (isinstance(interval, float) and 0 < interval <= 1),
+        "trainer.val_check_interval", f"must be a step count ≥ 1 or a fraction of an epoch in (0, 1], got {interval!r}",
+    )
+    log_every = trainer.get("log_every_n_steps", 50)
+    require(is_int(log_every) and log_every >= 1, "trainer.log_every_n_steps", f"must be an integer ≥ 1, got {log_every!r}")
+    devices = trainer.get("devices", "auto")
+    require(
+        not is_int(devices) or devices >= 1 or devices == -1, "trainer.devices",
+        f"must be a device count ≥ 1, -1 (all), 'auto' or a list of device ids, got {devices!r}",
+    )
+
+
+def check_other_accelerator(name: str) -> None:
+    """tpu, mps: known to Lightning's registry and usable on this machine (tpu needs torch_xla)."""
+    from pytorch_lightning.accelerators import AcceleratorRegistry
+
+    known = sorted(AcceleratorRegistry.available_accelerators())
+    require(name in known, "trainer.accelerator", f"unknown '{name}'; allowed: auto, gpu, {', '.join(known)}")
+    require(
+        AcceleratorRegistry[name]["accelerator"].is_available(), "trainer.accelerator",
+        f"'{name}' is not available on this machine{' (needs torch_xla)' if name == 'tpu' else ''}; allowed here: cpu, auto",
+    )
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -114,7 +114,7 @@ def validate_data_config(**options) -> DataConfig:
     _require_int(config.min_doc_chars, "data.min_doc_chars", minimum=0)
     _require_int(config.seed, "data.seed", minimum=None)
     _require_int(config.num_workers, "data.num_workers", minimum=0)
-    _require_int(config.max_val_rows, "data.max_val_rows", minimum=0, optional=True)
+    _require_int(config.max_val_rows, "data.max_val_rows", minimum=1, optional=True)  # 0 rows: no validation metric at all
     _require_int(config.num_proc, "data.num_proc", minimum=1, optional=True)
     _require_int(config.shuffle_buffer, "data.shuffle_buffer", minimum=1)
     for flag in ("shuffle", "streaming"):
@@ -126,6 +126,15 @@ def validate_data_config(**options) -> DataConfig:
         f"must be a folder path or null, got {config.cache_dir!r}",
     )
     return config
+
+
+def require_both_splits(n_train: int, n_val: int, val_fraction: float) -> None:
+    """Training and validation each need a document (a one-document corpus, e.g. one long line, has one split only)."""
+    require(
+        n_train > 0 and n_val > 0, "data.path",
+        f"the corpus splits into {n_train} training and {n_val} validation document(s) (data.val_fraction={val_fraction}); "
+        "each split needs at least one: give more documents (a text file holds one per line)",
+    )
 
 
 def _require_int(value, field: str, *, minimum: int | None, optional: bool = False) -> None:
@@ -213,6 +222,8 @@ class LMDataModule(RowsDataModule):
             cache_dir=self.cache_dir,
             streaming=config.streaming,
         )
+        if not config.streaming:
+            require_both_splits(len(corpus.train), len(corpus.val), config.val_fraction)
         tokenizer = build_tokenizer(
             config.tokenizer, config.vocab_size, _iter_texts(corpus.train), self.cache_dir, corpus.fingerprint, config.tokenizer_path
         )

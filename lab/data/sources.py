@@ -45,6 +45,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
+from lab.data.diagnose import diagnose
 from lab.errors import ConfigError, require
 
 SOURCES = ("auto", "stdlib", "text", "json", "jsonl", "parquet", "hub")
@@ -306,7 +307,8 @@ def _load_local(local: LocalFiles, text_field, selection, cache_dir, streaming) 
     except ConfigError:
         raise
     except Exception as error:  # the builders raise many types; the CLI needs one line
-        raise ConfigError("data.path", f"cannot read as {local.source}: {type(error).__name__}: {_first_line(error)}") from error
+        fault = diagnose(local.files, local.source) if local.source != "parquet" else None
+        raise ConfigError("data.path", fault or f"cannot read as {local.source}: {type(error).__name__}: {_first_line(error)}") from error
     split = _stream_split if streaming else _select_and_split
     return split(raw, text_field, selection, fingerprint, local.source)
 

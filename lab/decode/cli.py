@@ -61,6 +61,17 @@ def path_line(stats: dict) -> str:
             f"in [{bounds['lower']:.2f}, {bounds['upper']:.2f}] (Fréchet)  tree nodes/round: {stats['tree_nodes'] / max(stats['rounds'], 1):.1f}")
 
 
+def check_context(prompt_tokens: int, new_tokens: int, context: int | None, refuse: bool) -> None:
+    """Generating past the trained length uses rotary positions training never saw: a warning line, or (--max-context) a refusal."""
+    total = prompt_tokens + new_tokens
+    if context is None or total <= context:
+        return
+    what = f"prompt ({prompt_tokens} tokens) + --max-new-tokens {new_tokens} = {total} positions, past the trained context data.seq_len={context}"
+    if refuse:
+        raise ConfigError("--max-new-tokens", f"{what}; with --max-context at most {max(0, context - prompt_tokens)} new tokens")
+    print(f"warning: {what} (positions never seen in training; --max-context refuses instead)", file=sys.stderr)
+
+
 def run(args) -> None:
     if args.temperature < 0:
         raise ConfigError("--temperature", f"must be ≥ 0 (0 = greedy), got {args.temperature}")
@@ -76,6 +87,7 @@ def run(args) -> None:
         raise ConfigError("prompt", "is empty; give at least one character")
     if loaded.context is not None and len(ids) > loaded.context:
         raise ConfigError("prompt", f"has {len(ids)} tokens, longer than the model's context of {loaded.context} (data.seq_len)")
+    check_context(len(ids), args.max_new_tokens, loaded.context, refuse=args.max_context)
     generator = torch.Generator().manual_seed(args.seed)
     out = generate(
         loaded.model, torch.tensor(ids), args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
@@ -103,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--speculative", action="store_true", help="draft with the MTP heads, verify with the model (exact)")
     parser.add_argument("--draft-steps", type=int, default=None, help="drafts per round (default: K-1 heads, or D DeepSeek depths)")
     parser.add_argument("--tree", default=None, help="with --speculative: verify a tree of candidates, widths per draft position (e.g. 4,3,2)")
+    parser.add_argument("--max-context", action="store_true", help="refuse (instead of warning) when prompt + new tokens exceed the trained data.seq_len")
     args = parser.parse_args(argv)
     try:
         run(args)

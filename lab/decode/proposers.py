@@ -30,13 +30,15 @@ import torch.nn.functional as F
 from lab.decode.sampling import TokenChooser
 from lab.decode.target import CachedModel, TargetPass
 from lab.decode.tree import ProposalBuffer, TreeShape, build_buffer, ranked_candidates
-from lab.errors import ConfigError
+from lab.errors import ConfigError, require
 
 
 class IndependentHeads:
     def __init__(self, state: CachedModel, draft_steps: int | None, tree: TreeShape | None = None):
         self.state, self.model, self.head = state, state.model, state.model.head
-        self.max_drafts = self.model.k - 1 if draft_steps is None else min(draft_steps, self.model.k - 1)
+        heads = self.model.k - 1  # one draft per extra horizon
+        require(draft_steps is None or draft_steps <= heads, "draft_steps", f"must be ≤ {heads} (this K={self.model.k} model drafts with its {heads} extra heads), got {draft_steps}")
+        self.max_drafts = heads if draft_steps is None else draft_steps
         self.tree = tree
         self.drafter = self.head.decode_drafter()  # one batched forward of the draft stacks (built once per request)
         self.projections = None  # [K-1, V, d] replicated draft projections, stacked for one bmm

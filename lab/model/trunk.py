@@ -36,6 +36,7 @@ class ModelConfig:
                 f"must be an integer ≥ 2 (null: the tokenizer's size, filled in by lab-train), got {self.vocab_size}")
         require(self.n_layers >= 1, "model.n_layers", f"must be ≥ 1, got {self.n_layers}")
         require(self.n_heads >= 1, "model.n_heads", f"must be ≥ 1, got {self.n_heads}")
+        require(self.d_model >= 1, "model.d_model", f"must be ≥ 1, got {self.d_model}")
         require(
             self.d_model % self.n_heads == 0 and (self.d_model // self.n_heads) % 2 == 0,
             "model.d_model",

@@ -6,8 +6,9 @@ A record is a dict with a fixed shape, whatever its source:
     name        str   job directory name (or wandb run name)
     run_dir     str   path relative to the sweep directory ('' for wandb runs)
     overrides   list  the job's Hydra task overrides, e.g. ["head=parallel", "seed=1"]
-    status      str   "ok" | "failed" | "interrupted" (run.json still says running, its process is gone)
-                      | "running" (its process is alive on this host)
+    status      str   "ok" | "failed" | "interrupted" (stopped by a signal, or run.json still says running
+                      and its process is gone) | "running" (its process is alive on this host)
+                      | "not started" (in the sweep's plan, no folder: the sweep stopped before it)
     error       str   failure reason, or where an interrupted job stopped (None when ok)
     run_time_s  float wall time of the job (None when unknown)
     head, k, reduction, weights, schedule, seed   from the run manifest / config
@@ -34,9 +35,12 @@ from pathlib import Path
 
 import yaml
 
+from lab.report.sweep_plan import read_plan
+
 SWEEP_MARKER = "multirun.yaml"  # written by Hydra's sweeper into every sweep directory
 REPORT_FILES = ("runs.csv", "report.md", "report.html")
 FIGURES_DIR = "figures"
+NOT_STARTED = "not started"
 RECORD_FIELDS = ("head", "k", "reduction", "weights", "schedule", "seed")
 
 
@@ -174,7 +178,7 @@ def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
         record["error"] = f"unreadable run.json: {error}"
         return record
     record["overrides"] = [str(o) for o in payload.get("overrides") or record["overrides"]]
-    record["status"] = "ok" if payload.get("status") == "ok" else "failed"
+    record["status"] = payload.get("status") if payload.get("status") in ("ok", "interrupted") else "failed"
     record["error"] = payload.get("error") or (None if record["status"] == "ok" else f"status {payload.get('status')!r}")
     if payload.get("status") == "running":
         record["status"], record["error"] = running_status(payload, record["history"])
@@ -248,8 +252,16 @@ def collect_sweep(sweep_dir: str | Path, force: bool = False) -> Sweep:
             raise ReportError(f"{sweep_dir}: not a sweep directory (no {SWEEP_MARKER}; its {len(jobs)} run folder(s) are "
                               "separate runs, not one sweep): pass --force to report on them anyway")
     records = [record_from_run_dir(job, root) for job in jobs]
+    started = {record["job"] for record in records}
+    records += [not_started_record(job) for job in read_plan(root) if job["num"] not in started]
     records.sort(key=lambda r: (r["job"] if r["job"] is not None else 1 << 30, r["name"]))
     return Sweep(name=sweep_name_of(root, records), source=str(root), records=records)
+
+
+def not_started_record(job: dict) -> dict:
+    """A planned job (lab/report/sweep_plan.py) that has no folder: the sweep stopped before it."""
+    return {**empty_record(), "job": job["num"], "name": f"job {job['num']}", "overrides": list(job["overrides"]),
+            "status": NOT_STARTED, "error": "not started: the sweep stopped before this job (lab-resume runs it)"}
 
 
 def sweep_name_of(root: Path, records: list[dict]) -> str:

@@ -41,13 +41,14 @@ def begin_attempt(record: RunRecord, cfg: DictConfig, run_dir: Path, ckpt_path: 
     return record.attempt
 
 
-def close_attempt(record: RunRecord, attempt: dict | None, status: str, reason: str) -> str:
-    """Record a refused (attempt None) or failed attempt; '' or a note when run.json itself cannot be written."""
+def close_attempt(record: RunRecord, attempt: dict | None, status: str, reason: str, step: int | None = None) -> str:
+    """Record a refused (attempt None), failed or interrupted attempt (with the step it reached);
+    '' or a note when run.json itself cannot be written."""
     try:
         if attempt is None:
             record.refuse(reason)
         else:
-            record.finish(status, reason)
+            record.finish(status, reason, step=step)
     except OSError as error:
         return f" (run.json not updated: {cause(error)})"
     return ""

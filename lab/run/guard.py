@@ -2,11 +2,13 @@
 
 - `RunDirGuard` (a Hydra callback, conf/hydra/default.yaml) refuses an unwritable run or
   sweep directory before Hydra configures its log file there (which would end in
-  `ValueError: Unable to configure handler 'file'`), and keeps a run directory's `.hydra/`
+  `ValueError: Unable to configure handler 'file'`), and one another process holds
+  (lab/run/lock.py); it notes the folders it makes, so that `discard_new_run_dir` can take a
+  refused first attempt's folder away again (no folder is left behind by bad input); and it keeps a run directory's `.hydra/`
   files those of its first attempt: a resume (`hydra.run.dir=<existing run> ckpt_path=last`)
   records its own overrides in run.json's `attempts` instead of replacing the run's.
 - `check_paths` checks, before anything is built, that the corpus files can be read and the
-  cache folder can be written.
+  cache and wandb folders can be written.
 - `fault_reason` turns an OSError (permission denied, no space left on device, read-only
   file system, ...) into `<field>: cannot <access> <path>: <cause>`.
 """
@@ -15,14 +17,17 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from lab.errors import ConfigError
+from lab.run.lock import lock_directory, unlock_directory
 
 HYDRA_SUBDIR_MARKER = "overrides.yaml"
 
@@ -64,12 +69,15 @@ def local_corpus_files(data: dict) -> list[Path]:
 
 
 def check_paths(cfg: DictConfig) -> None:
-    """Corpus files readable, cache folder writable: checked before the run dir is touched."""
+    """Corpus files readable, cache and wandb folders writable: checked before the run dir is touched."""
     data = OmegaConf.to_container(cfg.data, resolve=True)
     for file in local_corpus_files(data):
         require_readable(file, "data.path")
     if data.get("cache_dir"):
         require_writable(Path(os.path.expanduser(str(data["cache_dir"]))), "data.cache_dir")
+    wandb_dir = OmegaConf.select(cfg, "logger.wandb.save_dir")
+    if wandb_dir:  # wandb itself would fall back to a folder under the system temp dir, outside the folders chosen
+        require_writable(Path(os.path.expanduser(str(wandb_dir))), "logger.wandb.save_dir")
 
 
 def fault_field(path: str | None, cfg: DictConfig, run_dir: Path) -> str:
@@ -103,12 +111,15 @@ def refuse(field: str, message: str) -> None:
 
 
 class RunDirGuard(Callback):
-    """Hydra callback: unwritable run/sweep dirs are refused; a re-attempt keeps the run's `.hydra/` files."""
+    """Hydra callback: unwritable run/sweep dirs are refused, and so is a run, job or sweep dir
+    another process is using (lab/run/lock.py); a re-attempt keeps the run's `.hydra/` files."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        run_dir = Path(str(config.hydra.run.dir)).absolute()
+        run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))
+        _created.extend(missing_folders(run_dir))
         try:
             require_writable(run_dir, "hydra.run.dir")
+            lock_directory(run_dir, "hydra.run.dir")  # before Hydra writes its log and .hydra/ files there
         except ConfigError as error:
             refuse(error.field, error.message)
         subdir = config.hydra.output_subdir
@@ -117,7 +128,53 @@ class RunDirGuard(Callback):
                 config.hydra.output_subdir = None  # run.json's attempts hold this attempt's overrides
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         try:
-            require_writable(Path(str(config.hydra.sweep.dir)).absolute(), "hydra.sweep.dir")
+            require_writable(sweep_dir, "hydra.sweep.dir")
+            lock_directory(sweep_dir, "hydra.sweep.dir")  # also keeps `lab-resume` off a running sweep
         except ConfigError as error:
             refuse(error.field, error.message)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if is_sweep_job(config):  # a single run locked its dir in on_run_start
+            try:
+                lock_directory(Path(str(config.hydra.runtime.output_dir)), "hydra.sweep.subdir")
+            except ConfigError as error:
+                refuse(error.field, error.message)
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        if is_sweep_job(config):  # the next job of this launcher process locks its own dir
+            unlock_directory(Path(str(config.hydra.runtime.output_dir)))
+
+
+_created: list[Path] = []  # folders this process's on_run_start made, the run dir first, then its new parents
+
+
+def missing_folders(run_dir: Path) -> list[Path]:
+    """`run_dir` and those of its parents that do not exist yet, innermost first."""
+    missing = []
+    for folder in [run_dir, *run_dir.parents]:
+        if folder.exists():
+            break
+        missing.append(folder)
+    return missing
+
+
+def discard_new_run_dir(run_dir: Path) -> bool:
+    """Remove the run folder (and its new parents, when empty) if this process made it; True when removed.
+
+    For an attempt refused before it began: the folder then holds only Hydra's files and the lock."""
+    if not _created or _created[0] != Path(os.path.abspath(run_dir)):
+        return False
+    shutil.rmtree(_created[0], ignore_errors=True)
+    for parent in _created[1:]:
+        try:
+            parent.rmdir()  # only when empty: another run may have made a folder next to ours meanwhile
+        except OSError:
+            break
+    _created.clear()
+    return True
+
+
+def is_sweep_job(config: DictConfig) -> bool:
+    return config.hydra.mode == RunMode.MULTIRUN

@@ -147,9 +147,11 @@ class RunRecord:
         self.attempt.update(heartbeat_at=now, step=int(step))
         self._write(self._run_state(status=RUNNING, error=None, final_metrics={}))
 
-    def finish(self, status: str, error: str | None = None, metrics: dict | None = None) -> None:
+    def finish(self, status: str, error: str | None = None, metrics: dict | None = None, step: int | None = None) -> None:
         final = scalar_metrics(metrics or {}) if status == OK else {}
         self._close(status, error)
+        if step is not None:
+            self.attempt["step"] = int(step)  # where an interrupted attempt stopped
         self.attempt["final_metrics"] = final
         self._write(self._run_state(status=status, error=error, final_metrics=final))
 

@@ -24,6 +24,11 @@ NOISY_LOG_LINES = (
     (r"^💡 Tip: For seamless cloud logging.*litlogger",
      "an advertisement printed by every Trainer"),
 )
+# (logger, regex on the message, why) for library loggers other than Lightning's.
+NOISY_LIBRARY_LINES = (
+    ("datasets.packaged_modules.json.json", r"^Failed to load JSON from file",
+     "a second, vaguer copy of the error lab/data/diagnose.py names in one line (line N is not JSON)"),
+)
 # The CSV logger warns that a non-empty log directory's files "will be deleted". The run dir
 # always holds Hydra's .hydra/ before the logger starts, so on a fresh run (no metrics.csv yet)
 # the warning is noise; when a metrics.csv from an earlier run is there it stays visible (see
@@ -49,6 +54,10 @@ def quiet_known_noise() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropMatching) for f in logger.filters):
             logger.addFilter(DropMatching([p for p, _ in NOISY_LOG_LINES]))
+    for name, pattern, _why in NOISY_LIBRARY_LINES:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropMatching) for f in logger.filters):
+            logger.addFilter(DropMatching([pattern]))
 
 
 @contextlib.contextmanager

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from lab.errors import require
+
 
 @dataclass(frozen=True)
 class OptimConfig:
@@ -19,8 +21,17 @@ class OptimConfig:
     head_lr_multiplier: float = 1.0  # the head's own Parameters learn at lr × this (Medusa-2 uses 4)
 
     def __post_init__(self) -> None:
-        # Values are torch's to check (`optim.lr=-1` fails in fit as torch words it).
-        object.__setattr__(self, "betas", tuple(self.betas))
+        # torch would refuse these only once fit starts, after the run folder is made.
+        require(is_number(self.lr) and self.lr > 0, "optim.lr", f"must be a number > 0, got {self.lr!r}")
+        betas = list(self.betas) if isinstance(self.betas, (list, tuple)) else [self.betas]
+        require(len(betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in betas), "optim.betas",
+                f"must be two numbers in [0, 1), e.g. [0.9, 0.95], got {betas}")
+        require(is_number(self.weight_decay) and self.weight_decay >= 0, "optim.weight_decay", f"must be a number ≥ 0, got {self.weight_decay!r}")
+        object.__setattr__(self, "betas", tuple(betas))
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def matrix_parameters(model: torch.nn.Module) -> set[int]:

@@ -1,0 +1,58 @@
+"""SIGTERM (a scheduler's preemption) and SIGINT (Ctrl-C) stop training at the next step boundary.
+
+Once training starts, both signals only set a flag (a second Ctrl-C interrupts at once). At
+the end of each training step the ranks agree whether any of them was signalled
+(`reduce_boolean_decision`, a no-op on one process), so every rank stops after the same step.
+`RecordedCheckpoint` then writes `last.ckpt` for that step the way it writes any step
+checkpoint (after the validation that may follow the step), and this callback raises
+`RunInterrupted` when the next step would start, once that step's rows and checkpoint are on
+disk. lab/train.py records the attempt `interrupted` with the step reached and exits with
+128 + the signal's number (143, 130), the code a shell gives a process a signal ended.
+
+Lightning's own SIGTERM handling is replaced while training: it stops inside a validation
+(losing that validation's rows) and before the checkpoint of the step reached.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytorch_lightning as pl
+
+from lab.errors import RunInterrupted
+
+
+class StopOnSignal(pl.Callback):
+    def __init__(self) -> None:
+        self.signum: int | None = None  # the first signal received
+        self.stopping = False  # the ranks agreed to stop after the current step
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers; Lightning's own SIGTERM handling stays
+
+        def stop(signum, frame) -> None:
+            if self.signum is None:
+                self.signum = signum
+            if signum == signal.SIGINT:
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts at once
+
+        # Lightning's teardown puts back the handlers that were there before the Trainer started.
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.stopping = bool(trainer.strategy.reduce_boolean_decision(self.signum is not None, all=False))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.stopping:
+            raise self.interrupted(trainer)
+
+    def interrupted(self, trainer) -> RunInterrupted:
+        return RunInterrupted(self.signum or signal.SIGTERM, trainer.global_step)
+
+
+def stop_requested(trainer) -> bool:
+    """Whether training stops after the current step (checkpoint callbacks run after StopOnSignal's hook)."""
+    return any(isinstance(callback, StopOnSignal) and callback.stopping for callback in trainer.callbacks)

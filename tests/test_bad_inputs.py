@@ -1,0 +1,95 @@
+"""Every bad input the fault campaign found (issue 26), through the real `lab-train` CLI in an empty
+working directory: one line on stderr naming the field, no traceback, a non-zero exit, and no
+folder left anywhere under the working directory (the run folder is never made, or removed
+when the refused attempt made nothing else)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.cli import TINY, lab_train
+
+CONFIG_CASES = [
+    (["model.d_model=-8"], "model.d_model"),
+    (["optim.lr=-1"], "optim.lr"),
+    (["optim.betas=[0.9]"], "optim.betas"),
+    (["trainer.val_check_interval=0"], "trainer.val_check_interval"),
+    (["trainer.devices=0"], "trainer.devices"),
+    (["trainer.accelerator=tpu"], "trainer.accelerator"),
+    (["trainer.log_every_n_steps=-1"], "trainer.log_every_n_steps"),
+    (["data.max_val_rows=0"], "data.max_val_rows"),
+]
+
+
+def everything_under(folder: Path) -> set[Path]:
+    return {path.relative_to(folder) for path in folder.rglob("*")}
+
+
+def assert_refused_in_one_line(result, field: str, cwd: Path, before: set[Path]) -> None:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode != 0, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}:"), result.stderr[-2000:]
+    assert everything_under(cwd) == before, sorted(map(str, everything_under(cwd) - before))
+
+
+@pytest.mark.parametrize("overrides, field", CONFIG_CASES, ids=[case[0][0] for case in CONFIG_CASES])
+def test_a_bad_config_value_is_refused_before_any_folder_exists(tmp_path, cache_dir, overrides, field):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    result = lab_train(*TINY, *overrides, cache_dir=cache_dir, cwd=cwd, timeout=600)
+    assert_refused_in_one_line(result, field, cwd, set())
+
+
+class RunsACommand:
+    """A pickle that would run a shell command when unpickled (what safe loading must refuse, naming the global)."""
+
+    def __reduce__(self):
+        return (os.system, ("echo this must never run",))
+
+
+def write_inputs(folder: Path) -> None:
+    folder.mkdir()
+    (folder / "binary.txt").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    (folder / "latin1.txt").write_bytes(("hello world " * 50 + "café crème\n").encode("latin-1"))  # é at byte 603
+    (folder / "not_gzip.txt.gz").write_bytes(b"plain text, not gzip\n" * 20)
+    (folder / "nul.txt").write_bytes(b"\x00" * 1000)
+    (folder / "bad.jsonl").write_text('{"text": "a first document"}\n{"text": "a second"}\n{"text": broken}\n')
+    (folder / "good.jsonl").write_text("".join(f'{{"text": "document number {i} with a few words"}}\n' for i in range(40)))
+    (folder / "huge_line.txt").write_text("word " * 20000)
+    (folder / "three_bytes.txt").write_text("abc")
+    (folder / "garbage.ckpt").write_bytes(b"not a checkpoint" * 10)
+    torch.save({"state_dict": {}, "payload": RunsACommand()}, folder / "malicious.ckpt")
+
+
+RUN_CASES = [  # (overrides with {inputs} for the input folder, field, words the line must hold)
+    (["data=text", "data.path={inputs}/binary.txt"], "data.path", "binary.txt is not UTF-8 at byte 0"),
+    (["data=text", "data.path={inputs}/latin1.txt"], "data.path", "latin1.txt is not UTF-8 at byte 603"),
+    (["data=text", "data.path={inputs}/not_gzip.txt.gz"], "data.path", "not_gzip.txt.gz is not gzip"),
+    (["data=text", "data.path={inputs}/nul.txt"], "data.path", "NUL byte at byte 0"),
+    (["data=text", "data.path={inputs}/bad.jsonl"], "data.path", "bad.jsonl: line 3 is not JSON"),
+    (["data=text", "data.path={inputs}/huge_line.txt"], "data.path", "each split needs at least one"),
+    (["data=text", "data.path={inputs}/three_bytes.txt"], "data.path", "each split needs at least one"),
+    (["data=text", "data.path={inputs}/good.jsonl", "data.text_field=body"], "data.text_field", "'body' not found"),
+    (["data.batch_size=100000"], "data.batch_size", "no full batch"),
+    (["init_from={inputs}/garbage.ckpt"], "checkpoint", "truncated or corrupted"),
+    (["init_from={inputs}/malicious.ckpt"], "checkpoint", "holds posix.system, which safe (weights_only) loading refuses"),
+    (["logger=wandb", "logger.wandb.save_dir=/proc/mtp-lab-wandb"], "logger.wandb.save_dir", "cannot write /proc/mtp-lab-wandb"),
+]
+
+
+@pytest.mark.parametrize("overrides, field, words", RUN_CASES, ids=[" ".join(case[0]).split("/")[-1] for case in RUN_CASES])
+def test_bad_data_checkpoints_and_folders_are_refused_in_one_line_leaving_no_folder(tmp_path, cache_dir, overrides, field, words):
+    cwd, inputs = tmp_path / "cwd", tmp_path / "inputs"
+    cwd.mkdir()
+    write_inputs(inputs)
+    result = lab_train(*TINY, *[o.format(inputs=inputs) for o in overrides], cache_dir=cache_dir, cwd=cwd, timeout=600)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {field}:") and words in errors[0], result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == errors[0]
+    assert everything_under(cwd) == set(), sorted(map(str, everything_under(cwd)))

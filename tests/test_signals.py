@@ -1,0 +1,62 @@
+"""SIGTERM (preemption) and SIGINT (Ctrl-C) mid-run: exit 143 / 130, run.json `interrupted` at the
+step reached with a checkpoint of that step, and a resume that ends bitwise where an
+uninterrupted run ends (metrics.csv rows, final metrics, final weights)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab.report.records import record_from_run_dir
+from tests.cli import TINY, read_run
+from tests.test_chaos import TIME_COLUMNS, csv_rows
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = 8
+OVERRIDES = [*[o for o in TINY if not o.startswith("trainer.max_steps")], f"trainer.max_steps={STEPS}",
+             "callbacks.checkpoint.every_n_train_steps=100", "+callbacks.signal._target_=tests.chaos_hooks.SignalAt"]
+
+
+def lab_train(run_dir: Path, cwd: Path, cache_dir: Path, *extra: str, signal_at: str = "") -> subprocess.CompletedProcess:
+    """A foreground-like job: its own process group, which SIGINT (Ctrl-C) reaches as a whole."""
+    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO),
+           "HYDRA_FULL_ERROR": "0", "MTP_LAB_SIGNAL_AT": signal_at}
+    return subprocess.run([sys.executable, "-m", "lab.train", *OVERRIDES, f"hydra.run.dir={run_dir}", *extra], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600, start_new_session=True)
+
+
+def weights(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, step", [(signal.SIGTERM, 2), (signal.SIGINT, 3)], ids=["SIGTERM", "SIGINT"])  # step 3 is followed by a validation
+def test_a_signalled_run_stops_at_a_checkpoint_exits_128_plus_signal_and_resumes_bitwise(tmp_path, cache_dir, signum, step):
+    reference, run = tmp_path / "reference", tmp_path / "run"
+    done = lab_train(reference, tmp_path, cache_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    stopped = lab_train(run, tmp_path, cache_dir, signal_at=f"{signum.name}@{step}")
+    assert stopped.returncode == 128 + signum, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr and f"stopped by {signum.name} at step {step}" in stopped.stderr.strip().splitlines()[-1]
+    record = read_run(run)
+    assert record["status"] == "interrupted" and record["attempts"][-1]["step"] == step, record["attempts"]
+    assert torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == step
+    listed = record_from_run_dir(run, tmp_path)
+    assert listed["status"] == "interrupted" and f"at step {step}" in listed["error"]
+
+    resumed = lab_train(run, tmp_path, cache_dir, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    record = read_run(run)
+    assert [a["status"] for a in record["attempts"]] == ["interrupted", "ok"] and record["attempts"][1]["resumed_from_step"] == step
+    assert csv_rows((run / "metrics.csv").read_text()) == csv_rows((reference / "metrics.csv").read_text())
+    final = {name: value for name, value in record["final_metrics"].items() if not TIME_COLUMNS.match(name)}
+    assert final == {name: value for name, value in read_run(reference)["final_metrics"].items() if not TIME_COLUMNS.match(name)}
+    expected, got = weights(reference), weights(run)
+    assert expected.keys() == got.keys() and all(torch.equal(expected[name], got[name]) for name in expected)

@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lab.config.checks import check_group_choice, did_you_mean
-from lab.errors import ConfigError
+from lab.errors import ConfigError, require
 
 _ABSENT = object()
 FLAGS_WITHOUT_CHECKS = ("-m", "--multirun")  # other flags (--help, --cfg, ...) go to Hydra untouched
@@ -221,6 +221,8 @@ def check_single_run(cfg: DictConfig) -> None:
     trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
     objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
     Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)
+    require(not (objective or {}).get("teacherless") or hasattr(data, "task"), "objective.teacherless",
+            f"needs a synthetic task (data=star_graph|induction), the only data with answers; got data.source={cfg.data.get('source')}")
     check_horizons_fit(head.k, data.seq_len, head.offsets)
     if cfg.get("init_from"):
         from lab.checkpoint.init_from import parent_files

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
+from lab.model.mtp import build_model as build_mtp_model
 from lab.model.trunk import ModelConfig
 
 PAD = 0
@@ -100,3 +101,20 @@ def assert_close_rel(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-5, what:
     """|a-b|_max ≤ rtol·|a|_max + 1e-8: a tolerance relative to each tensor's scale."""
     err, scale = (a - b).abs().max().item() if a.numel() else 0.0, a.abs().max().item() if a.numel() else 0.0
     assert err <= rtol * scale + 1e-8, f"{what}: max diff {err:.3e} vs scale {scale:.3e}"
+
+
+def bigram_model(vocab: int, next_of: dict[int, int]):
+    """A real ntp MTPModel whose greedy next token is next_of[current token]: the blocks add nothing
+    (zero output projections), the embedding is one-hot and the unembedding maps x to next_of[x]."""
+    model = build_mtp_model({"vocab_size": vocab, "d_model": vocab + (vocab % 2), "n_heads": 1, "n_layers": 1, "tie_embeddings": False},
+                        {"name": "ntp", "k": 1})
+    with torch.no_grad():
+        for block in model.trunk.blocks:
+            block.attn.proj.weight.zero_()
+            block.mlp.down.weight.zero_()
+        model.trunk.embed.weight.zero_()
+        model.trunk.embed.weight[:, :vocab] = torch.eye(vocab)
+        model.trunk.unembed.zero_()
+        for token, following in next_of.items():
+            model.trunk.unembed[following, token] = 1.0
+    return model

@@ -5,6 +5,7 @@ import hashlib
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -32,12 +33,17 @@ COSTS = {
 }
 
 
-def fake_job(sweep: Path, job: int, head: str, seed: int, status: str = "ok", error: str | None = None, shift: float = 0.0) -> Path:
-    """A job directory as `lab-train -m` leaves it: .hydra/, metrics.csv, run.json."""
+SIZE_PARAMS = {(size, head): {"params_total": params} for size, head, params in (
+    ("a", "ntp", 200_000), ("a", "parallel", 210_000), ("b", "ntp", 2_000_000), ("b", "parallel", 2_100_000))}
+
+
+def fake_job(sweep: Path, job: int, head: str, seed: int, status: str = "ok", error: str | None = None, shift: float = 0.0,
+             size: str | None = None) -> Path:
+    """A job directory as `lab-train -m` leaves it: .hydra/, metrics.csv, run.json (`size`: an extra override)."""
     k = HEADS[head]
     run_dir = sweep / f"{job}-{head}-k{k}"
     (run_dir / ".hydra").mkdir(parents=True)
-    overrides = [f"head={head}", f"seed={seed}", "trainer.max_steps=20"]
+    overrides = [f"head={head}", f"seed={seed}", "trainer.max_steps=20"] + ([f"size={size}"] if size else [])
     (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     (run_dir / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    num: {job}\n")
     base = 3.0 + 0.1 * list(HEADS).index(head) + shift + 0.01 * seed
@@ -64,7 +70,7 @@ def fake_job(sweep: Path, job: int, head: str, seed: int, status: str = "ok", er
     payload = {
         "status": status, "error": error, "overrides": overrides, "final_metrics": final, "run_time_s": 10.0 + job,
         "manifest": {"head": head, "k": k, "reduction": "head_mean", "weights": {"name": "uniform"}, "schedule": "sequential"},
-        "config": {"seed": seed, "sweep_name": "fake_sweep"}, "cost": COSTS[head],
+        "config": {"seed": seed, "sweep_name": "fake_sweep"}, "cost": {**COSTS[head], **SIZE_PARAMS.get((size, head), {})},
     }
     (run_dir / "run.json").write_text(json.dumps(payload))
     return run_dir
@@ -279,22 +285,43 @@ def test_a_job_left_running_is_interrupted_with_its_last_step_unless_its_process
     assert "**interrupted**: interrupted (pid" in (fake_sweep / "report.md").read_text()
 
 
+def add_final_metrics(sweep: Path, values_of) -> None:
+    """Every completed job's run.json gets the final metrics values_of(head, seed)."""
+    for run_json in sweep.glob("*/run.json"):
+        payload = json.loads(run_json.read_text())
+        if payload["status"] == "ok":
+            payload["final_metrics"].update(values_of(payload["manifest"]["head"], payload["config"]["seed"]))
+            run_json.write_text(json.dumps(payload))
+
+
 def test_answer_accuracy_finding_names_the_best_variant(fake_sweep):
     """Synthetic-task runs (val/answer_*): the finding names the best greedy exact match; the table sets it beside teacher forcing."""
     exact = {"ntp": 0.5, "parallel": 0.75, "deepseek": 0.625}
-    for run_json in fake_sweep.glob("*/run.json"):
-        payload = json.loads(run_json.read_text())
-        if payload["status"] == "ok":
-            head = payload["manifest"]["head"]
-            payload["final_metrics"].update({"val/answer_exact": exact[head], "val/answer_token_acc": 0.8,
-                                             "val/answer_tf_acc": 0.9})
-            run_json.write_text(json.dumps(payload))
+    add_final_metrics(fake_sweep, lambda head, seed: {"val/answer_exact": exact[head], "val/answer_token_acc": 0.8, "val/answer_tf_acc": 0.9})
     build_sweep_report(fake_sweep)
     md = (fake_sweep / "report.md").read_text()
     assert ("- Best answer accuracy (greedy decoding, exact match): **head=parallel** (0.750 ± 0.000). Per variant: "
             "head=ntp 0.500 ± 0.000 (teacher-forced token acc 0.900 ± 0.000); head=parallel 0.750 ± 0.000") in md
-    assert "| head=deepseek | deepseek | 4 | 0.625 ± 0.000 | 0.800 ± 0.000 | 0.900 ± 0.000 |" in md
+    assert "| head=deepseek | deepseek | 4 | 0.625 ± 0.000 | — | — | — | 0.800 ± 0.000 | 0.900 ± 0.000 | — |" in md
     assert "Answer accuracy (synthetic tasks)" in (fake_sweep / "report.html").read_text()
+    assert "Clever-Hans" not in md.split("## Findings")[1].split("##")[0]  # no decision metrics: no verdict
+
+
+def test_the_clever_hans_finding_counts_seeds_by_the_two_standard_error_rule(fake_sweep):
+    """n = 256, chance 1/2: 2 SE = 0.0625. ntp sits at chance with every edge followed on all seeds; parallel
+    is above chance on all seeds; deepseek is at chance on seeds 0, 1 but misses edges on seed 2 (0.9)."""
+    first = {"ntp": [0.48, 0.5, 0.53], "parallel": [0.6, 0.7, 0.8], "deepseek": [0.5, 0.47, 0.5]}
+    given = {"ntp": [1.0, 0.99, 1.0], "parallel": [1.0, 1.0, 1.0], "deepseek": [1.0, 1.0, 0.9]}
+    add_final_metrics(fake_sweep, lambda head, seed: {
+        "val/answer_exact": first[head][seed] * given[head][seed], "val/answer_first_acc": first[head][seed],
+        "val/answer_exact_given_first": given[head][seed], "val/answer_first_chance": 0.5, "val/answer_examples": 256.0,
+        "val/answer_exact_se": 0.03, "val/answer_token_acc": 0.8, "val/answer_tf_acc": 0.9})
+    build_sweep_report(fake_sweep)
+    md = (fake_sweep / "report.md").read_text()
+    assert ("Clever-Hans signature (decision accuracy within 2 SE of chance 0.500, exact-given-decision within 2 SE of 1) on every "
+            "seed: **head=ntp**; decision above chance by > 2 SE on every seed: **head=parallel**.") in md
+    assert "head=deepseek: decision 0.490 ± 0.017, exact given it 0.967 ± 0.058, signature in 2/3 seeds, above chance in 0/3" in md
+    assert "| head=ntp | ntp | 1 | 0.502 ± 0.026 | 0.030 ± 0.000 | 0.503 ± 0.025 | 0.997 ± 0.006 | 0.800 ± 0.000 | 0.900 ± 0.000 | 256 |" in md
 
 
 def test_a_sweep_without_answers_has_no_answer_section(fake_sweep):
@@ -326,3 +353,33 @@ def test_findings_state_the_difference_to_ntp_with_a_one_sided_welch_p(tmp_path)
     line = next(line for line in md.splitlines() if "one-sided Welch t-test" in line)
     # parallel: 2.995 + 0.01·seed vs ntp 3.0 + 0.01·seed → −0.005; t = −0.6124, df = 4, p = 0.2868
     assert "head=parallel -0.0050 (n = 3 vs 3, p = 0.287)" in line, line
+
+
+def test_scaling_report_on_a_two_size_two_variant_sweep(tmp_path):
+    """size ∈ {a, b} × head ∈ {ntp, parallel} × seeds 0, 1: the figure, the table and Δ = the runs' own differences."""
+    sweep = tmp_path / "scaling"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    shifts = {("a", "ntp"): 0.0, ("a", "parallel"): 0.3, ("b", "ntp"): -1.0, ("b", "parallel"): -1.35}
+    job = 0
+    for size in ("b", "a"):  # out of order: the report sorts sizes by parameters
+        for head in ("ntp", "parallel"):
+            for seed in (0, 1):
+                fake_job(sweep, job, head, seed, shift=shifts[size, head] + (0.02 * seed if head == "parallel" else 0.0), size=size)
+                job += 1
+    report = build_sweep_report(sweep)
+    assert {p.name for p in report.figures} >= {"scaling_loss_difference.png", "scaling_tokens_per_forward.png"}
+    loss = {tuple(o for o in r["overrides"] if not o.startswith("trainer")): r["final"]["val/loss"] for r in collect_sweep(sweep).records}
+    by = lambda size, head, seed: loss[(f"head={head}", f"seed={seed}", f"size={size}")]  # noqa: E731
+    deltas = {size: [by(size, "parallel", seed) - by(size, "ntp", seed) for seed in (0, 1)] for size in ("a", "b")}
+    # fake_job: val/loss = 3.0 + 0.1·(head index) + shift + 0.01·seed; the seed term cancels in a same-seed pair
+    assert deltas["a"] == pytest.approx([0.1 + 0.3, 0.1 + 0.3 + 0.02]) and deltas["b"] == pytest.approx([0.1 - 0.35, 0.1 - 0.35 + 0.02])
+    md = (sweep / "report.md").read_text()
+    section = md.split("## Scaling (loss difference to ntp by model size)")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| a ") or line.startswith("| b ")]
+    assert [r.split("|")[1].strip() for r in rows] == ["a", "a", "b", "b"]  # 0.2 M before 2 M, ntp first in a size
+    for size in ("a", "b"):
+        mean, sd = statistics.fmean(deltas[size]), statistics.stdev(deltas[size])
+        assert f"| {size} | head=parallel | {0.21 if size == 'a' else 2.1:.3f} M |" in section
+        assert f"| {mean:+.4f} ± {sd:.4f} | 2 |" in section, (size, section)
+    assert f"head=parallel: a (0.21 M) {statistics.fmean(deltas['a']):+.4f}" in md

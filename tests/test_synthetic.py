@@ -24,6 +24,7 @@ from lab.errors import ConfigError
 from lab.labels import chain_masks, horizon_mask
 from lab.model.mtp import build_model
 from tests.cli import lab_train, read_run, SUBPROCESS_TIMEOUT
+from tests.helpers import bigram_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -169,33 +170,21 @@ def test_induction_targets_equal_the_earlier_occurrence():
     assert len(doc) == 11 + 5 and doc[10] == "=" and all(doc[p] == doc[p - 11] for p in range(11, 16))
 
 
-def bigram_model(vocab: int, next_of: dict[int, int]):
-    """A real ntp MTPModel whose greedy next token is next_of[current token]: the blocks add nothing
-    (zero output projections), the embedding is one-hot and the unembedding maps x to next_of[x]."""
-    model = build_model({"vocab_size": vocab, "d_model": vocab + (vocab % 2), "n_heads": 1, "n_layers": 1, "tie_embeddings": False},
-                        {"name": "ntp", "k": 1})
-    with torch.no_grad():
-        for block in model.trunk.blocks:
-            block.attn.proj.weight.zero_()
-            block.mlp.down.weight.zero_()
-        model.trunk.embed.weight.zero_()
-        model.trunk.embed.weight[:, :vocab] = torch.eye(vocab)
-        model.trunk.unembed.zero_()
-        for token, following in next_of.items():
-            model.trunk.unembed[following, token] = 1.0
-    return model
-
-
 EXAMPLES = [([1, 2], [3, 4]), ([5, 2], [3, 4]), ([6], [7, 8])]
+
+
+def answer_rates(scores: dict) -> dict:
+    """The three rates this file checks (tests/test_answer_metrics.py checks the rest)."""
+    return {name: scores[name] for name in ("answer_exact", "answer_token_acc", "answer_tf_acc")}
 
 
 def test_answer_accuracy_scores_a_perfect_and_a_wrong_model():
     perfect = bigram_model(10, {2: 3, 3: 4, 6: 7, 7: 8})
-    assert answer_accuracy(perfect, EXAMPLES) == {"answer_exact": 1.0, "answer_token_acc": 1.0, "answer_tf_acc": 1.0}
+    assert answer_rates(answer_accuracy(perfect, EXAMPLES)) == {"answer_exact": 1.0, "answer_token_acc": 1.0, "answer_tf_acc": 1.0}
     # Wrong first step after 2 (→ 9), then 9 → 4: greedy [9, 4] (1 of 2 right, at the second position), while
     # teacher forcing sees the true 3 and predicts 4. After 6 everything is wrong (6 → 0, 7 → 0, 0 → 0).
     wrong = bigram_model(10, {2: 9, 9: 4, 3: 4, 6: 0, 7: 0})
-    assert answer_accuracy(wrong, EXAMPLES) == {
+    assert answer_rates(answer_accuracy(wrong, EXAMPLES)) == {
         "answer_exact": 0.0,
         "answer_token_acc": 2 / 6,  # the two 4s
         "answer_tf_acc": 2 / 6,  # 3 → 4 in the first two examples

@@ -78,6 +78,8 @@ def check_config(cfg: DictConfig) -> None:
     typed(OptimConfig, plain("optim"), "optim")
     objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
     Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)
+    require(not (objective or {}).get("teacherless") or hasattr(data, "task"), "objective.teacherless",
+            f"needs a synthetic task (data=star_graph|induction), the only data with answers; got data.source={cfg.data.get('source')}")
     check_horizons_fit(head.k, data.seq_len, head.offsets)
 
 

@@ -1,7 +1,7 @@
 """Decoding evaluation helpers: held-out prompts, plain vs speculative runs, degeneracy, answer accuracy.
 
-Shared by the end-of-training callback (lab.callbacks.decoding), the answer-accuracy callback
-(lab.callbacks.answer_accuracy) and the decoding benchmark.
+Shared by the end-of-training callback (lab.callbacks.decoding) and the decoding benchmark;
+answer accuracy of synthetic tasks lives in lab.decode.answers (re-exported here).
 A continuation with fewer than 20 % distinct 4-grams is `degenerate` (DESIGN.md §10): a
 small model's greedy output often collapses into one repeated token, and then every draft
 is "accepted", which says nothing about the heads.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from lab.decode.answers import answer_accuracy, teacher_forced_answers  # noqa: F401 (re-export)
 from lab.decode.generate import generate
 from lab.decode.ledger import ledger, merge
 
@@ -100,50 +101,3 @@ def headline_metrics(summary: dict, speculative: bool) -> dict:
         for j, (rate, conditional) in enumerate(zip(summary["accept_by_position"], summary["accept_cond_by_position"]), start=1):
             metrics[f"decode/accept/p{j}"], metrics[f"decode/accept_cond/p{j}"] = rate, conditional
     return metrics
-
-
-def answer_accuracy(model, examples: list[tuple[list[int], list[int]]]) -> dict[str, float]:
-    """Greedy decoding of each (prompt, answer) vs its answer, and teacher forcing on the same answer tokens.
-
-    answer_exact      fraction of examples whose greedy continuation (len(answer) tokens) is the answer
-    answer_token_acc  fraction of answer positions where the greedy token equals the answer's
-    answer_tf_acc     fraction of answer tokens that are the horizon-1 argmax given the true prefix
-
-    A teacher-forced accuracy far above the greedy one is the Clever-Hans signature: each step
-    is easy given the true previous answer tokens, and the model never learned to find the first.
-    (An exact match under teacher forcing is the greedy exact match: a greedy answer that is right
-    everywhere saw the true prefix at every step, so it is not reported twice.)
-    """
-    was_training = model.training
-    greedy = [generate(model, torch.tensor(prompt), len(answer)).tokens for prompt, answer in examples]
-    forced = teacher_forced_answers(model, examples)
-    model.train(was_training)
-    answers = [answer for _, answer in examples]
-    n_tokens = sum(len(a) for a in answers)
-    hits = lambda predicted, answer: sum(p == a for p, a in zip(predicted, answer))  # noqa: E731
-    return {
-        "answer_exact": sum(g == a for g, a in zip(greedy, answers)) / len(examples),
-        "answer_token_acc": sum(hits(g, a) for g, a in zip(greedy, answers)) / n_tokens,
-        "answer_tf_acc": sum(hits(f, a) for f, a in zip(forced, answers)) / n_tokens,
-    }
-
-
-def teacher_forced_answers(model, examples: list[tuple[list[int], list[int]]]) -> list[list[int]]:
-    """The horizon-1 argmax at each answer position given the prompt and the true answer before it."""
-    device = next(model.parameters()).device
-    length = max(len(p) + len(a) for p, a in examples)
-    tokens = torch.zeros(len(examples), length, dtype=torch.long)  # [N, L]
-    active = torch.zeros(len(examples), length, dtype=torch.bool)  # [N, L]
-    for i, (prompt, answer) in enumerate(examples):
-        tokens[i, : len(prompt) + len(answer)] = torch.tensor(prompt + answer)  # [P+A] into row i, padding after
-        active[i, : len(prompt) + len(answer)] = True  # [P+A]
-    batch = {
-        "tokens": tokens.to(device),
-        "active": active.to(device),
-        "segment_ids": torch.where(active, 0, -1).to(device),  # [N, L]: one document per row, -1 padding
-        "position_ids": torch.arange(length).expand(len(examples), length).to(device),  # [N, L]
-    }
-    model.eval()
-    predicted = model.next_token_logits(batch).argmax(-1).cpu()  # [N, L]: row t predicts token t+1
-    # Answer token j sits at P + j and is predicted by row P + j - 1.
-    return [predicted[i, len(p) - 1 : len(p) + len(a) - 1].tolist() for i, (p, a) in enumerate(examples)]  # [A] per example

@@ -130,7 +130,7 @@ class MTPModel(nn.Module):
     def forward(self, batch: dict, n_horizons: int | None = None) -> list[Horizon]:
         """Horizons 1..K, or only the first `n_horizons` (the others' blocks and projections never run)."""
         ctx = self.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
-        hidden = self.trunk(batch["tokens"], ctx)  # [B, S, d]
+        hidden = self.trunk(input_tokens(batch), ctx)  # [B, S, d]
         if n_horizons is None or n_horizons >= self.k:
             return self.head(hidden, batch, ctx, self.shared_parts())  # a head written without skipping support works too
         return self.head(hidden, batch, ctx, self.shared_parts(), n_horizons)
@@ -143,9 +143,15 @@ class MTPModel(nn.Module):
     def next_token_logits(self, batch: dict) -> torch.Tensor:
         """[B, S, V]: row t holds the horizon-1 logits for token t+1, every t including the last."""
         ctx = self.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
-        hidden = self.trunk(batch["tokens"], ctx)  # [B, S, d]
+        hidden = self.trunk(input_tokens(batch), ctx)  # [B, S, d]
         rows = next(self.head.horizon_rows(hidden, lambda key: ctx))  # [B, S, d]: horizon 1 at every row
         return self.horizon_logits(1, rows)  # [B, S, V]
+
+
+def input_tokens(batch: dict) -> torch.Tensor:
+    """[B, S] the ids the model embeds: `input_tokens` when the batch has that view (the teacherless
+    objective, lab/data/synthetic/teacherless.py), else `tokens`. Labels always come from `tokens`."""
+    return batch.get("input_tokens", batch["tokens"])
 
 
 def freeze_trunk(model: MTPModel) -> None:

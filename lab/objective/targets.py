@@ -36,6 +36,9 @@ TARGETS = {
 class TargetConfig:
     target: str = "data"
     mix_alpha: float = 0.5  # `mix` only: the distilled distribution's share
+    # Inputs, not targets: answers replaced by a dummy in the inputs (lab/data/synthetic/teacherless.py);
+    # the data module builds that view, the objective only carries the switch with the rest of the group.
+    teacherless: bool = False
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -43,6 +46,7 @@ class TargetConfig:
         alpha = self.mix_alpha
         require(isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and math.isfinite(alpha) and 0 <= alpha <= 1,
                 "objective.mix_alpha", f"must be a number in [0, 1], got {alpha!r}")
+        require(isinstance(self.teacherless, bool), "objective.teacherless", f"must be true or false, got {self.teacherless!r}")
 
     @property
     def distills(self) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 from lab.report.sweep_figures import write_report_figures
 from lab.report.records import FIGURES_DIR, ReportError, Sweep, collect_sweep
 from lab.report.render import findings, html_page, markdown
+from lab.report.scaling import write_scaling_figures
 from lab.report.table import runs_csv_text, variants
 
 
@@ -43,7 +44,7 @@ def build_report(sweep: Sweep, out_dir: str | Path) -> Report:
     out.mkdir(parents=True, exist_ok=True)
     groups = variants(sweep.records)
     runs_csv = write_text_atomic(out / "runs.csv", runs_csv_text(sweep.records))
-    figures = write_report_figures(groups, out / FIGURES_DIR)
+    figures = write_report_figures(groups, out / FIGURES_DIR) + write_scaling_figures(groups, out / FIGURES_DIR)
     md = write_text_atomic(out / "report.md", markdown(sweep, groups, figures, FIGURES_DIR))
     page = write_text_atomic(out / "report.html", html_page(sweep, groups, figures))
     return Report(out, runs_csv, md, page, [f.path for f in figures if f.path is not None], len(sweep.completed), len(sweep.failed),

@@ -7,8 +7,10 @@ import html
 import re
 from pathlib import Path
 
+from lab.report.answers import above_chance, clever_hans, count_runs
 from lab.report.sweep_figures import ReportFigure, loss_speedup_points, order_key
 from lab.report.records import Sweep
+from lab.report.scaling import SCALING_NOTE, scaling_finding, scaling_points, scaling_table
 from lab.report.significance import significance_finding
 from lab.report.spikes import SPIKE_MIN_NATS, SPIKE_SIGMAS, record_spikes
 from lab.report.table import (
@@ -82,6 +84,7 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
         if accs:
             out.append("Top-1 accuracy at the farthest horizon: " + "; ".join(accs) + ".")
     out += answer_findings(variants)
+    out += scaling_finding(scaling_points(variants))
     out += cost_findings(variants)
     out += spike_findings(sweep)
     if sweep.failed:
@@ -90,11 +93,13 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
     return out
 
 
-ANSWER_METRICS = ("val/answer_exact", "val/answer_token_acc", "val/answer_tf_acc")
+ANSWER_METRICS = ("val/answer_exact", "val/answer_exact_se", "val/answer_first_acc", "val/answer_exact_given_first",
+                  "val/answer_token_acc", "val/answer_tf_acc")
 
 
 def answer_findings(variants: list[Variant]) -> list[str]:
-    """Synthetic tasks (lab/callbacks/answer_accuracy.py): the best greedy exact-match answer accuracy."""
+    """Synthetic tasks (lab/callbacks/answer_accuracy.py): the best greedy exact-match answer accuracy, and per
+    variant how many seeds show the Clever-Hans signature or a decision above chance (lab/report/answers.py)."""
     scored = [v for v in sorted(variants, key=order_key) if v.stat("val/answer_exact")[0] is not None]
     if not scored:
         return []
@@ -102,8 +107,25 @@ def answer_findings(variants: list[Variant]) -> list[str]:
     best = [v for v in scored if v.stat("val/answer_exact")[0] == top]
     names = " and ".join(f"**{v.label}**" for v in best) + (" (tied)" if len(best) > 1 else "")
     parts = [f"{v.label} {v.cell('val/answer_exact', 3)} (teacher-forced token acc {v.cell('val/answer_tf_acc', 3)})" for v in scored]
-    return [f"Best answer accuracy (greedy decoding, exact match): {names} ({best[0].cell('val/answer_exact', 3)}). "
-            "Per variant: " + "; ".join(parts) + "."]
+    out = [f"Best answer accuracy (greedy decoding, exact match): {names} ({best[0].cell('val/answer_exact', 3)}). "
+           "Per variant: " + "; ".join(parts) + "."]
+    return out + signature_findings(scored)
+
+
+def signature_findings(scored: list[Variant]) -> list[str]:
+    judged = [(v, count_runs(v.ok, clever_hans), count_runs(v.ok, above_chance)) for v in scored]
+    judged = [(v, hans, above) for v, hans, above in judged if hans[1]]
+    if not judged:
+        return []
+    chance = judged[0][0].stat("val/answer_first_chance")[0]
+    parts = [f"{v.label}: decision {v.cell('val/answer_first_acc', 3)}, exact given it {v.cell('val/answer_exact_given_first', 3)}, "
+             f"signature in {hans[0]}/{hans[1]} seeds, above chance in {above[0]}/{above[1]}" for v, hans, above in judged]
+    shown = [v.label for v, hans, _ in judged if hans[0] == hans[1]]
+    escaped = [v.label for v, _, above in judged if above[0] == above[1]]
+    lead = (f"Clever-Hans signature (decision accuracy within 2 SE of chance {chance:.3f}, exact-given-decision within 2 SE of 1) "
+            f"on every seed: {', '.join(f'**{name}**' for name in shown) or 'no variant'}; decision above chance by > 2 SE on every "
+            f"seed: {', '.join(f'**{name}**' for name in escaped) or 'no variant'}. ")
+    return [lead + "Per variant: " + "; ".join(parts) + "."]
 
 
 COST_TOLERANCE = 0.05  # a finding names variants whose parameters or FLOPs differ from the reference by more
@@ -274,18 +296,23 @@ def answer_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] |
     rows_with = [v for v in sorted(variants, key=order_key) if v.stat("val/answer_exact")[0] is not None]
     if not rows_with:
         return None
-    header = ["variant", "head", "K", *[name.removeprefix("val/") for name in ANSWER_METRICS]]
-    return header, [[v.label, fmt(v.head), fmt(v.k), *[v.cell(name, 3) for name in ANSWER_METRICS]] for v in rows_with]
+    header = ["variant", "head", "K", *[name.removeprefix("val/") for name in ANSWER_METRICS], "answers scored"]
+    scored = lambda v: fmt(None if v.stat("val/answer_examples")[0] is None else int(v.stat("val/answer_examples")[0]))  # noqa: E731
+    return header, [[v.label, fmt(v.head), fmt(v.k), *[v.cell(name, 3) for name in ANSWER_METRICS], scored(v)] for v in rows_with]
 
 
-ANSWER_NOTE = ("Synthetic task answers (`val/answer_*`, last validation): greedy decoding from the prompt scored by exact "
-               "match and per token, next to teacher-forced accuracy on the same answer tokens; a large gap is the "
-               "Clever-Hans signature.")
+ANSWER_NOTE = ("Synthetic task answers (`val/answer_*`, last validation; lab/decode/answers.py): greedy decoding from the "
+               "prompt scored by exact match (with its binomial standard error over the `answer_examples` answers), through "
+               "the decision token (`first_acc`: the first arm node on star graphs), exact among answers whose decision is "
+               "right, per token, and teacher-forced on the same tokens. Decision at chance with exact-given-first ≈ 1 is "
+               "the Clever-Hans signature.")
 
 
 def optional_sections(variants: list[Variant]) -> list[tuple[str, str, tuple[list[str], list[list[str]]]]]:
     """(title, note, table) of the sections only some sweeps have."""
-    candidates = [("Answer accuracy (synthetic tasks)", ANSWER_NOTE, answer_table(variants)),
+    points = scaling_points(variants)
+    candidates = [("Scaling (loss difference to ntp by model size)", SCALING_NOTE, scaling_table(points) if points else None),
+                  ("Answer accuracy (synthetic tasks)", ANSWER_NOTE, answer_table(variants)),
                   ("Decoding (live, end of training)", DECODING_NOTE, decoding_table(variants)),
                   ("Next-token loss vs decoding speedup", LOSS_SPEEDUP_NOTE, loss_speedup_table(variants))]
     return [(title, note, table) for title, note, table in candidates if table is not None]

@@ -12,6 +12,8 @@
 - `data.loss_on` chooses the tokens that may be a label through the batch key `target_mask`
   (lab/labels.py): `answer` — only the answer tokens (the prompt stays active: attention
   context and DeepSeek chain input, never a target); `all` — every token, EOS included.
+- `teacherless` (set from `objective.teacherless` by the data configs) adds the column
+  `input_tokens`, the answers replaced by a dummy (lab/data/synthetic/teacherless.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from lab.data.packing import COLUMNS, check_seq_len, pack_row
 from lab.data.synthetic.example import Example
 from lab.data.synthetic.induction import InductionTask
 from lab.data.synthetic.star_graph import StarGraphTask
+from lab.data.synthetic.teacherless import teacherless_ids
 from lab.data.tokenizers import SymbolTokenizer
 from lab.errors import require
 from lab.schema import check_known
@@ -59,6 +62,7 @@ class SyntheticConfig:
     answer_examples: int = 64  # val examples the answer-accuracy callback decodes (lab/callbacks/answer_accuracy.py)
     shuffle: bool = True
     num_workers: int = 0
+    teacherless: bool = False  # `objective.teacherless` (conf/data/<task>.yaml interpolates it): add `input_tokens`
 
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "task"}
@@ -87,6 +91,9 @@ def validate_synthetic_config(**options) -> SyntheticConfig:
         _require_int(config.max_val_rows, "data.max_val_rows", 1)
     require(config.loss_on in LOSS_ON, "data.loss_on", f"unknown {config.loss_on!r}; allowed: {', '.join(LOSS_ON)}")
     require(isinstance(config.shuffle, bool), "data.shuffle", f"must be true or false, got {config.shuffle!r}")
+    require(isinstance(config.teacherless, bool), "objective.teacherless", f"must be true or false, got {config.teacherless!r}")
+    require(not config.teacherless or config.loss_on == "answer", "objective.teacherless",
+            f"needs data.loss_on=answer (a teacherless model is trained on the answer only), got data.loss_on={config.loss_on}")
     length = example_tokens(task)
     require(config.seq_len >= length, "data.seq_len", f"must be ≥ {length}, the tokens of one {source} example (EOS included); got {config.seq_len}")
     return config
@@ -186,7 +193,7 @@ class _Prepared:
 
 
 class SyntheticDataModule(RowsDataModule):
-    """Batches of a synthetic task (the DESIGN.md §2 keys plus `target_mask`, each [B, S])."""
+    """Batches of a synthetic task (the DESIGN.md §2 keys plus `target_mask`, and `input_tokens` when teacherless; each [B, S])."""
 
     def __init__(self, **options):
         super().__init__()
@@ -200,9 +207,7 @@ class SyntheticDataModule(RowsDataModule):
             return
         config = self.config
         train, val = generate_examples(config.task, config.train_examples, config.val_examples, config.seed)
-        pack = lambda examples: ExampleRows(pack_examples(  # noqa: E731
-            [encode_example(e, self.tokenizer, config.loss_on) for e in examples], config.seq_len, self.tokenizer.pad_id
-        ))
+        pack = lambda examples: ExampleRows(self._pack(examples))  # noqa: E731
         train_rows, val_rows = pack(train), pack(val).head(config.max_val_rows)
         require(
             len(train_rows) >= config.batch_size,
@@ -223,7 +228,31 @@ class SyntheticDataModule(RowsDataModule):
         }
         self._prepared = _Prepared(train_rows, val_rows, val, stats)
 
+    def _pack(self, examples: list[Example]) -> dict[str, torch.Tensor]:
+        """The row columns of `examples` (each [N, S]), plus `input_tokens` when teacherless."""
+        config, tokenizer = self.config, self.tokenizer
+        documents = [encode_example(e, tokenizer, config.loss_on) for e in examples]
+        columns = pack_examples(documents, config.seq_len, tokenizer.pad_id)
+        if config.teacherless:  # same lengths, so the same rows: only the answer ids differ
+            inputs = [(teacherless_ids(tokenizer.encode_symbols(e.prompt), len(e.answer), tokenizer.eos_id, self.teacherless_dummy_id), flags)
+                      for e, (_, flags) in zip(examples, documents)]
+            columns["input_tokens"] = pack_examples(inputs, config.seq_len, tokenizer.pad_id)["tokens"]  # [N, S]
+        return columns
+
     # ---------------------------------------------------- what the run reads
+
+    @property
+    def teacherless_dummy_id(self) -> int | None:
+        """The id that stands for every answer token in a teacherless run's inputs; None when not teacherless."""
+        return self.tokenizer.pad_id if self.config.teacherless else None
+
+    @property
+    def decision_index(self) -> int:
+        return self.config.task.decision_index
+
+    @property
+    def decision_chance(self) -> float:
+        return self.config.task.decision_chance
 
     @property
     def vocab_size(self) -> int:

@@ -27,6 +27,13 @@ class InductionTask:
     span_len: int = 8
     distance: int = 24
 
+    # The decision of an answer: its first token, the first copied symbol (a guess is right with 1/num_symbols).
+    decision_index = 0
+
+    @property
+    def decision_chance(self) -> float:
+        return 1 / self.num_symbols
+
     def check(self) -> None:
         require(self.num_symbols >= 2, "data.num_symbols", f"must be an integer ≥ 2, got {self.num_symbols!r}")
         require(self.span_len >= 1, "data.span_len", f"must be an integer ≥ 1, got {self.span_len!r}")

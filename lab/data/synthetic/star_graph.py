@@ -38,6 +38,15 @@ class StarGraphTask:
     def n_graph_nodes(self) -> int:
         return 1 + self.degree * (self.path_len - 1)
 
+    # The decision of an answer: its second token, the first arm node after the centre (the
+    # centre itself is copied from the query). A model that never learned to plan picks an arm
+    # at random there, so it is right with probability 1/degree.
+    decision_index = 1
+
+    @property
+    def decision_chance(self) -> float:
+        return 1 / self.degree
+
     def check(self) -> None:
         require(self.degree >= 2, "data.degree", f"must be an integer ≥ 2 (one arm is no choice), got {self.degree!r}")
         require(self.path_len >= 2, "data.path_len", f"must be an integer ≥ 2 (the centre and a leaf), got {self.path_len!r}")

@@ -137,14 +137,15 @@ class DeepSeekHead(MTPHead):
         return chain_masks(batch["active"], batch["segment_ids"], k - 1, batch.get("target_mask"))[1]  # [B, S-k]: depth k-1's loss rows
 
     def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
-        tokens = batch["tokens"]  # [B, S]
+        tokens = batch["tokens"]  # [B, S]: labels
+        inputs = batch.get("input_tokens", tokens)  # [B, S]: what the chain embeds (teacherless: answers are a dummy)
         seq_len = tokens.shape[1]
         horizons = [self.endpoint(1, trunk_hidden, batch, shared)]
         state = shared.final_norm(trunk_hidden) if self.cfg.hidden_input == "post_norm" else trunk_hidden  # [B, S, d]
         state = self.extra_horizon_input(state)
         for d in range(1, self.horizons_to_run(n_horizons)):  # depth d serves horizon d + 1
             state_mask, loss_mask = chain_masks(batch["active"], batch["segment_ids"], d, batch.get("target_mask"))  # [B, S-d], [B, S-d-1]
-            teacher = shared.embed(tokens[:, d:])  # [B, S-d, d]: tokens[t+d]
+            teacher = shared.embed(inputs[:, d:])  # [B, S-d, d]: inputs[t+d]
             state = self.module_at(d)(state[:, : seq_len - d], teacher, self._depth_context(batch, state_mask, d))  # [B, S-d, d]
             horizons.append(
                 Horizon(

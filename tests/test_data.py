@@ -384,7 +384,7 @@ def test_bad_config_fails_at_construction(options, field, tmp_path):
 
 
 def test_unknown_option_and_default_agreement():
-    with raises_config_error("data") as error:
+    with raises_config_error("data.seq_length") as error:
         validate_data_config(seq_length=64)
     assert "seq_length" in str(error.value)
     signature = inspect.signature(LMDataModule.__init__).parameters

@@ -215,7 +215,7 @@ def test_symbol_tokenizer_round_trips_and_is_rebuilt_from_its_identity():
         ({"degree": 1}, "data.degree"),
         ({"loss_on": "prompt"}, "data.loss_on"),
         ({"seq_len": 20}, "data.seq_len"),  # an example has 34 tokens
-        ({"max_docs": 3}, "data"),
+        ({"max_docs": 3}, "data.max_docs"),  # a text-source option
         ({"path_len": True}, "data.path_len"),
     ],
 )

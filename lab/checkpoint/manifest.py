@@ -188,6 +188,8 @@ def with_later_defaults(saved: dict) -> dict:
         saved["head_config"] = {**saved["head_config"], "lora": None}
     saved.setdefault("base", None)  # written before pretrained trunks existed: the harness's own GPT
     saved.setdefault("target", {"target": "data", "mix_alpha": 0.5})
+    if isinstance(saved["target"], dict) and "teacherless" not in saved["target"]:
+        saved["target"] = {**saved["target"], "teacherless": False}  # written before teacherless inputs existed
     return saved
 
 

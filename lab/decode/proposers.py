@@ -42,8 +42,9 @@ class IndependentHeads:
         self.tree = tree
         self.drafter = self.head.decode_drafter()  # one batched forward of the draft stacks (built once per request)
         self.projections = None  # [K-1, V, d] replicated draft projections, stacked for one bmm
-        if self.head.projections is not None:
-            self.projections = torch.stack([p.detach() for p in self.head.projections[1:]])
+        if self.head.projections is not None:  # each head says which projection serves horizon k (medusa keeps the trunk's for k = 1)
+            shared = self.model.shared_parts()
+            self.projections = torch.stack([self.head.projection(k, shared).detach() for k in range(2, self.model.k + 1)])
         self.next_logits: torch.Tensor | None = None  # [K-1, V] horizons 2..K at the last committed row
         self.identity = head_identity(self.model)
         self.draft_blocks_s = 0.0

@@ -119,6 +119,7 @@ def train_rows(run_dir: Path) -> dict[int, dict]:
     return {int(r["step"]): r for r in rows if r.get("train/loss")}
 
 
+@pytest.mark.slow  # ~90 s / ~45 s alone; the chaos and signal tests (slow too) kill and resume the same way
 def test_killed_run_resumes_bitwise(tmp_path, cache_dir, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # run B imports StallAfterStep from this file
     corpus = write_corpus(tmp_path / "corpus.txt")

@@ -186,6 +186,7 @@ def kill_env(point: str, run_dir: Path) -> dict:
     return {"MTP_LAB_KILL_AT": point, "MTP_LAB_KILL_DIR": run_dir.name}
 
 
+@pytest.mark.slow  # ~90 s / ~45 s alone; the chaos and signal tests (slow too) kill and resume the same way
 def test_kills_during_a_validation_and_a_checkpoint_write_lose_no_row_and_leave_no_temp_file(tmp_path, cache_dir):
     """Checkpoints and validations after steps 2, 4, 6: each checkpoint waits for its validation's rows."""
     tiny = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))]

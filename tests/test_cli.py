@@ -30,6 +30,7 @@ def test_tiny_run_writes_metrics_checkpoint_record_and_wandb(tmp_path, cache_dir
     assert run["job_type"] == "ntp" and run["project"] == "mtp-lab"
 
 
+@pytest.mark.slow  # 25–45 s alone (tests/README.md)
 def test_every_head_trains_end_to_end_in_one_multirun(tmp_path, cache_dir):
     sweep = tmp_path / "sweep"
     result = lab_train(

@@ -7,6 +7,7 @@ import pytest
 from tests.cli import TINY, lab_train, read_run
 
 
+@pytest.mark.slow  # 25–45 s alone (tests/README.md)
 def test_reduction_multirun_logs_coefficients_and_effective_weights(tmp_path, cache_dir):
     sweep = tmp_path / "sweep"
     result = lab_train(

@@ -56,6 +56,7 @@ def last_error_line(out: subprocess.CompletedProcess) -> str:
     return out.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # 25–45 s alone (tests/README.md)
 def test_resumes_append_attempts_and_never_erase_results(tmp_path, cache_dir):
     run = tmp_path / "run"
     job = [*TINY, "callbacks.checkpoint.every_n_train_steps=3", f"hydra.run.dir={run}"]
@@ -88,6 +89,7 @@ def test_resumes_append_attempts_and_never_erase_results(tmp_path, cache_dir):
     assert (run / "metrics.csv").read_bytes() == metrics
 
 
+@pytest.mark.slow  # 25–45 s alone (tests/README.md)
 def test_longer_resume_sums_run_time_and_keeps_the_first_attempts_results(tmp_path, cache_dir):
     run = tmp_path / "run"
     tiny = [o for o in TINY if not o.startswith("trainer.max_steps")]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 
+import pytest
 import pytorch_lightning as pl
 
 from lab.callbacks.memory_metrics import LogitLiveness
@@ -35,6 +36,7 @@ def peaks(cfg, run_dir, every: int, max_steps: int, ckpt_path=None) -> list:
     return recorder.peaks
 
 
+@pytest.mark.slow  # 25–45 s alone (tests/README.md)
 def test_the_meter_runs_on_sampled_steps_only_and_measures_the_same(tmp_path, tiny_cfg):
     cfg = tiny_cfg("head=parallel", "head.k=2")
     every_step = peaks(cfg, tmp_path / "all", every=1, max_steps=7)
@@ -49,6 +51,7 @@ def test_the_meter_runs_on_sampled_steps_only_and_measures_the_same(tmp_path, ti
     assert resumed == [None, None, every_step[5], None]
 
 
+@pytest.mark.slow  # 25–45 s alone (tests/README.md)
 def test_cli_logs_train_metrics_on_logging_steps_and_memory_on_sampled_steps(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
     tiny = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.log_every_n_steps", "trainer.val_check_interval"))]

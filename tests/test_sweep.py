@@ -140,6 +140,7 @@ def test_each_job_is_its_own_wandb_run_under_the_sweep_dir(joblib_sweep):
     assert not any((joblib_sweep / r["run_dir"] / "wandb").exists() for r in runs_csv(joblib_sweep))
 
 
+@pytest.mark.slow  # 25–45 s alone (tests/README.md)
 def test_ddp_job_inside_a_multirun_runs_the_sweep_once(tmp_path, cache_dir):
     """Lightning starts rank 1 by re-running argv; inside a sweep that must be this one job, not the sweep again."""
     result = lab_train("-m", *TINY, "trainer=ddp_cpu", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)

@@ -23,6 +23,7 @@ from lab.decode import generate
 from tests.helpers import make_batch, model_config
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
+from tests.test_speculative import exact_law
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
@@ -92,15 +93,7 @@ def enumerated_law(run) -> tuple[dict[tuple, float], int, int]:
 
 def plain_law(model, prompt: list[int], n: int, temperature: float = 1.0) -> dict[tuple, float]:
     """P(x_1..x_n) = Π softmax(logits / T)(x_i) from no-cache full forwards over prompt + x_<i."""
-    law = {}
-    for continuation in itertools.product(range(VOCAB), repeat=n):
-        probability, sequence = 1.0, list(prompt)
-        for token in continuation:
-            logits = model.next_token_logits(make_batch([sequence], [[0] * len(sequence)]))[0, -1]
-            probability *= (logits.double() / temperature).softmax(-1)[token].item()
-            sequence.append(token)
-        law[continuation] = probability
-    return law
+    return exact_law(model, prompt, n, temperature, VOCAB)
 
 
 def assert_same_law(law: dict, expected: dict) -> None:

@@ -236,6 +236,8 @@ def main() -> None:
     torch.save(results, path + ".tmp")
     os.replace(path + ".tmp", path)
     if dist.is_available() and dist.is_initialized():
+        # Rank 0's exit ends the test's wait, so it must not leave before rank 1's file is on disk.
+        dist.barrier()
         dist.destroy_process_group()
 
 

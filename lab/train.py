@@ -46,7 +46,8 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.mtp import check_vocabulary, fill_vocab_size
 
     check_config(cfg)
-    pl.seed_everything(cfg.seed, workers=True)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run record; stderr stays for errors
+    quiet_dataset_progress(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     # model=hf: the model's own tokenizer on whatever data source
     data_options = OmegaConf.to_container(cfg.data, resolve=True)
@@ -120,6 +121,14 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
     if measured:
         record.update(cost={**record.fields.get("cost", {}), **measured[0]})
     return trainer
+
+
+def quiet_dataset_progress(cfg: DictConfig) -> None:
+    """`trainer.enable_progress_bar=false` silences datasets' bars too (so a refused corpus prints only its error)."""
+    if not cfg.trainer.get("enable_progress_bar", True):
+        import datasets
+
+        datasets.disable_progress_bars()
 
 
 def instantiate_callbacks(cfg: DictConfig) -> list:

@@ -31,25 +31,36 @@ def parent_files(source: str | Path) -> tuple[str, Path]:
     return "checkpoint", path
 
 
-def parent_weights(kind: str, path: Path) -> tuple[dict[str, torch.Tensor], dict, dict]:
-    """(model state keyed like MTPModel.state_dict, the parent's model config, its tokenizer identity)."""
+def parent_weights(kind: str, path: Path) -> tuple[dict[str, torch.Tensor], dict, dict, str | None]:
+    """(model state keyed like MTPModel.state_dict, the parent's model config, its tokenizer identity, its head name)."""
     if kind == "release":
         from safetensors.torch import load_file
 
         config = json.loads((path.parent / "config.json").read_text())
-        return load_file(path), config["model"], config.get("tokenizer") or {}
+        return load_file(path), config["model"], config.get("tokenizer") or {}, (config.get("head") or {}).get("name")
     checkpoint = load_checkpoint(path)
     manifest = checkpoint.get("mtp_manifest")
     require(isinstance(manifest, dict), "init_from", f"{path} has no MTP manifest (not written by lab-train)")
     state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items()}
-    return state, manifest["model"], manifest.get("tokenizer") or {}
+    return state, manifest["model"], manifest.get("tokenizer") or {}, manifest.get("head")
 
 
-def check_parent_fits(state: dict, parent_model: dict, parent_tokenizer: dict, model, tokenizer: dict | None) -> None:
+def check_same_head(state: dict, parent_head: str | None, head: str) -> None:
+    """Head weights load only into the architecture that trained them: two heads can share parameter names
+    and shapes (causal and parallel stacks do) while wiring them differently."""
+    if parent_head is None or parent_head == head or not any(key.startswith("head.") for key in state):
+        return
+    raise ConfigError("init_from", f"the parent's head is '{parent_head}' and this run's is '{head}': its head weights "
+                      f"would load into another architecture; start from a parent with head={head}, or one without head weights (head=ntp)")
+
+
+def check_parent_fits(state: dict, parent: tuple[dict, dict, str | None], model, tokenizer: dict | None) -> None:
+    parent_model, parent_tokenizer, parent_head = parent
     vocab, parent_vocab = model.model_cfg.vocab_size, parent_model.get("vocab_size")
     require(parent_vocab == vocab, "init_from", f"vocab_size differs: the parent has {parent_vocab}, this run has {vocab}")
     if tokenizer is not None:
         require(parent_tokenizer == tokenizer, "init_from", f"tokenizer differs: the parent has {parent_tokenizer}, this run has {tokenizer}")
+    check_same_head(state, parent_head, model.head_cfg.name)
     own = model.state_dict()
     foreign = sorted(set(state) - set(own))
     if foreign:
@@ -66,8 +77,8 @@ def check_parent_fits(state: dict, parent_model: dict, parent_tokenizer: dict, m
 def load_parent_weights(model, source: str, tokenizer: dict | None = None) -> dict:
     """Copy the parent's weights into `model` in place; returns the manifest's `init_from` record."""
     kind, path = parent_files(source)
-    state, parent_model, parent_tokenizer = parent_weights(kind, path)
-    check_parent_fits(state, parent_model, parent_tokenizer, model, None if tokenizer is None else plain(tokenizer))
+    state, *parent = parent_weights(kind, path)
+    check_parent_fits(state, tuple(parent), model, None if tokenizer is None else plain(tokenizer))
     model.load_state_dict(state, strict=False)
     if not any(key.startswith("head.") for key in state):
         model.head.initialize(model.trunk)  # head init options (copy_last_block, …) read the loaded trunk

@@ -17,6 +17,7 @@ from lab.decode.sampling import TokenChooser
 from lab.decode.target import CachedModel
 from lab.errors import ConfigError
 from lab.model.mtp import build_model
+from lab.model.native_layers import native_decoder_layer
 from tests.test_decode_cache import full_horizon_logits, reference_next_token
 from tests.test_hf_trunk import FAMILIES, V, packed
 
@@ -56,6 +57,8 @@ def test_native_head_blocks_are_the_family_decoder_layer_with_fresh_indices(fami
     expected = {f"{prefix}.{key}" for prefix, _ in layers for key in last.state_dict()}
     assert {key for key in model.head.state_dict() if "block" in key} == expected
     # a fresh layer starts from the family's own initialisation (std = initializer_range), not torch's default
+    alone = native_decoder_layer(model.hf_model.config, n_trunk + 5)  # the one construction, from the config alone
+    assert type(alone) is type(last) and alone.self_attn.layer_idx == n_trunk + 5 and alone.state_dict().keys() == last.state_dict().keys()
     q = layers[0][1].self_attn.q_proj.weight
     assert abs(q.std().item() - model.hf_model.config.initializer_range) < 0.3 * model.hf_model.config.initializer_range
 

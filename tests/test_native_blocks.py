@@ -185,3 +185,12 @@ def test_native_block_options_that_do_not_fit_are_refused_naming_the_field(model
     with pytest.raises(ConfigError) as error:
         build_model(model_cfg, head)
     assert error.value.field == field and "\n" not in str(error.value)
+
+
+def test_native_head_blocks_take_the_trunks_dtype():
+    """model.dtype=bfloat16: the head's decoder layers are built in the trunk's precision and run on its rows."""
+    torch.manual_seed(0)
+    model = build_model({"name": "hf", "config": FAMILIES["llama"], "dtype": "bfloat16"}, {"name": "parallel", "k": 2, "block": "native"})
+    assert {p.dtype for _, layer in head_layers(model) for p in layer.parameters()} == {torch.bfloat16}
+    horizons = model(packed())
+    assert horizons[1].hidden.dtype == torch.bfloat16 and torch.isfinite(horizons[1].hidden.float()).all()

@@ -105,6 +105,7 @@ class NativeLayers:
         self.first_index = self.config.num_hidden_layers  # head layers are numbered after the trunk's
         self.rotary = getattr(hf_model.base_model, "rotary_emb", None)  # families with absolute positions have none
         self.init_weights = hf_model._init_weights  # the family's initialisation (what its post_init applies)
+        self.dtype = hf_model.dtype  # model.dtype: a head layer computes in the trunk's precision
 
     @cached_property
     def layer_class(self) -> type[nn.Module]:
@@ -120,7 +121,7 @@ class NativeLayers:
         extend_per_layer_lists(self.config, layer_idx + 1)
         layer = self.layer_class(self.config, layer_idx)
         layer.apply(self.init_weights)
-        return layer
+        return layer.to(self.dtype)
 
     def positions(self, x: torch.Tensor, ctx) -> torch.Tensor:
         """[B, S] positions: the context's (packed rows restart per document), else after the stack cache's rows."""

@@ -19,6 +19,7 @@ EXPECTED = {
     "harness_overhead": ["paired vs plain", "harness / plain", "goal <= 1.03", "plain+meter / plain"],
     "logit_memory": ["peak/joint", "(peak-base)/logit", "goals at V=4096, K=2:", "sequential peak <= 0.35 x joint",
                      "(peak-base)/logit_bytes within 15% [joint]"],
+    "logit_memory_pretrained": ["model=hf tiny Llama", "peak/joint", "goals at V=49152, K=2:", "chunked peak    <= 0.15 x joint"],
     "mtp_overhead": ["vs ntp", "paired vs ntp", "goal at V=259, K=4: step time <= 1.05 x ntp"],
     "data_scale": ["disk B/token", "loader ktok/s", "goal <= 4 bytes/token on disk",
                    "goal loader tokens/s >= 20 x training tokens/s"],
@@ -31,16 +32,19 @@ EXPECTED = {
 # Goal lines (a text each contains) whose verdict does not depend on timing: they must say PASS.
 STRUCTURAL = {
     "logit_memory": ["(peak-base)/logit_bytes within 15% [joint]", "(peak-base)/logit_bytes within 15% [sequential]"],
+    "logit_memory_pretrained": ["(peak-base)/logit_bytes within 15% [joint]", "(peak-base)/logit_bytes within 15% [sequential]"],
     "data_scale": ["goal <= 4 bytes/token on disk", "goal peak memory (PSS) growth < 1 GiB at every size"],
 }
 # Extra arguments of a --quick run: gpu_throughput's compiled variants take minutes to compile on CPU
 # (model.compile itself is tested in tests/test_compile.py); a peak so that MFU is printed on CPU.
-EXTRA_ARGS = {"gpu_throughput": ["--no-compile", "--peak", "1e11"], "decode_speed": ["--batch", "1,2", "--prompts", "2", "--prompt-tokens", "8"]}
+EXTRA_ARGS = {"gpu_throughput": ["--no-compile", "--peak", "1e11"], "decode_speed": ["--batch", "1,2", "--prompts", "2", "--prompt-tokens", "8"],
+              "logit_memory_pretrained": ["--pretrained"]}
+MODULES = {"logit_memory_pretrained": "logit_memory"}  # a second --quick run of one script, with EXTRA_ARGS
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_quick_run(name):
-    result = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{name}", "--quick", *EXTRA_ARGS.get(name, [])], check=False, cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{MODULES.get(name, name)}", "--quick", *EXTRA_ARGS.get(name, [])], check=False, cwd=ROOT,
                             capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     for text in EXPECTED[name]:

@@ -16,8 +16,14 @@ optimizer) per schedule:
   time/joint is the ratio of medians, paired the median of per-round ratios. chunked
   computes no top-1 accuracy (its logits never exist), joint and sequential do.
 
+`--pretrained`: the pretrained-vocabulary rows — the same step on a `model=hf` trunk (a tiny
+transformers Llama built from its config, tied embeddings, head blocks `native`) with the
+vocabularies of SmolLM2 (49,152) and Qwen2 (151,936), where a pretrained trunk's vocabulary
+makes `schedule=sequential|chunked` matter.
+
     python -m experiments.benchmarks.logit_memory            # full grid, 2-5 min on 2 cores
     python -m experiments.benchmarks.logit_memory --quick    # seconds-long smoke run
+    python -m experiments.benchmarks.logit_memory --pretrained [--quick]
 """
 
 from __future__ import annotations
@@ -96,10 +102,20 @@ def measure_memory(model, schedule, batch) -> dict:
     return {"peak": meter.peak_bytes, "base": base, "counts": counts, "rss": _rss()[0] - rss_before}
 
 
+def build(vocab: int, k: int, args):
+    """The harness's GPT, or (`--pretrained`) a tiny transformers Llama of the same width and depth."""
+    if args.pretrained:
+        config = {"model_type": "llama", "vocab_size": vocab, "hidden_size": args.d_model, "intermediate_size": 2 * args.d_model,
+                  "num_hidden_layers": args.n_layers, "num_attention_heads": args.n_heads, "num_key_value_heads": args.n_heads // 2,
+                  "tie_word_embeddings": True}
+        return build_model({"name": "hf", "config": config}, {"name": "parallel", "k": k, "block": "native"})
+    model_cfg = {"vocab_size": vocab, "d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads}
+    return build_model(model_cfg, {"name": "parallel", "k": k, "compute_match": "none"})
+
+
 def run_config(vocab: int, k: int, args) -> list[dict]:
     torch.manual_seed(0)
-    model_cfg = {"vocab_size": vocab, "d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads}
-    model = build_model(model_cfg, {"name": "parallel", "k": k, "compute_match": "none"})
+    model = build(vocab, k, args)
     batch = random_batch(vocab, args.batch, args.seq, torch.Generator().manual_seed(vocab + k))
     schedules = {name: build_backward_schedule(name, args.chunk_rows) for name in SCHEDULES}
     timings: dict[str, Timing] = interleave(
@@ -167,9 +183,15 @@ def goals(results: list[dict], vocab: int, k: int) -> list[str]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny smoke configuration (seconds)")
+    parser.add_argument("--pretrained", action="store_true", help="model=hf rows at pretrained vocabularies (49,152 and 151,936)")
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args(argv)
-    if args.quick:
+    if args.pretrained:
+        quick = args.quick
+        args.vocabs, args.ks, args.batch, args.seq = ((49152,), (1, 2), 2, 64) if quick else ((49152, 151936), (1, 4), 2, 64)
+        args.repeats = args.repeats or (1 if quick else 2)
+        args.goal_v, args.goal_k = (49152, 2) if quick else (151936, 4)
+    elif args.quick:
         args.vocabs, args.ks, args.batch, args.seq, args.repeats = (4096,), (1, 2), 2, 64, args.repeats or 1
         args.goal_v, args.goal_k = 4096, 2
     else:
@@ -177,8 +199,9 @@ def main(argv=None) -> None:
         args.goal_v, args.goal_k = 32768, 4
     args.d_model, args.n_layers, args.n_heads, args.chunk_rows = 64, 2, 4, 256
 
+    trunk = "model=hf tiny Llama (tied, native head blocks)" if args.pretrained else "the harness's GPT"
     print(
-        f"logit_memory: parallel head (compute_match=none), d_model {args.d_model}, trunk {args.n_layers} layers, "
+        f"logit_memory: {trunk}, parallel head (compute_match=none), d_model {args.d_model}, trunk {args.n_layers} layers, "
         f"{args.n_heads} attention heads, batch {args.batch} x seq {args.seq}, chunk_rows {args.chunk_rows}, "
         f"float32, {torch.get_num_threads()} threads, {args.repeats} interleaved repeats per schedule"
     )

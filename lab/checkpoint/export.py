@@ -187,28 +187,47 @@ def load_release_tokenizer(folder: str | os.PathLike):
     return tokenizer
 
 
+def write_lab_release(args) -> None:
+    record = export(args.ckpt, args.out, keep_heads=args.keep_heads)
+    print(f"release: {args.out} ({len(record['removed_keys'])} auxiliary keys removed, parent sha256 {record['parent_sha256'][:12]})")
+
+
+def write_hf_folder(args) -> None:
+    from lab.checkpoint.export_hf import export_hf
+
+    check_out_folder(Path(args.out))
+    checkpoint = load_checkpoint(args.ckpt)
+    export_hf(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
+    print(f"hf folder: {args.out} (AutoModelForCausalLM.from_pretrained reads it; model=hf model.path={args.out})")
+
+
+def write_medusa_folder(args) -> None:
+    from lab.checkpoint.export_medusa import export_medusa
+
+    check_out_folder(Path(args.out))
+    checkpoint = load_checkpoint(args.ckpt)
+    config = export_medusa(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
+    print(f"medusa folder: {args.out} ({config['num_heads']} heads × {config['num_hidden_layers']} blocks; base: {config['base_model']['path']})")
+
+
+# `--format` → the writer of that layout
+FORMATS = {"lab": write_lab_release, "hf": write_hf_folder, "medusa": write_medusa_folder}
+FORMAT_HELP = ("lab: the harness's release folder; hf: a model=hf run's trunk as a Hugging Face folder (save_pretrained + tokenizer); "
+               "medusa: a head=medusa run on model=hf in vLLM's Medusa layout beside a pointer to its base")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="lab-export", description="Write a next-token-only release of a lab-train checkpoint.")
     parser.add_argument("ckpt", help="checkpoint file (e.g. <run dir>/checkpoints/last.ckpt)")
     parser.add_argument("--out", required=True, help="release folder to create (must not exist or be empty)")
     parser.add_argument("--keep-heads", action="store_true", help="keep the auxiliary MTP heads (speculative decoding)")
-    parser.add_argument("--format", choices=("lab", "hf"), default="lab",
-                        help="lab: the harness's release folder; hf: a model=hf run's trunk as a Hugging Face folder (save_pretrained + tokenizer)")
+    parser.add_argument("--format", choices=tuple(FORMATS), default="lab", help=FORMAT_HELP)
     args = parser.parse_args(argv)
     try:
-        if args.format == "hf":
-            from lab.checkpoint.export_hf import export_hf
-
-            check_out_folder(Path(args.out))
-            checkpoint = load_checkpoint(args.ckpt)
-            export_hf(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
-            print(f"hf folder: {args.out} (AutoModelForCausalLM.from_pretrained reads it; model=hf model.path={args.out})")
-            return
-        record = export(args.ckpt, args.out, keep_heads=args.keep_heads)
+        FORMATS[args.format](args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    print(f"release: {args.out} ({len(record['removed_keys'])} auxiliary keys removed, parent sha256 {record['parent_sha256'][:12]})")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ class Loaded:
     model: object  # MTPModel in eval mode
     tokenizer: object  # lab.data.tokenizers.ByteTokenizer | BPETokenizer
     context: int | None  # training sequence length (longest prompt accepted); None if unknown
-    source: str  # "checkpoint" or "release"
+    source: str  # "checkpoint", "release" or "medusa"
 
 
 def tokenizer_from_payload(payload: dict | None, manifest: dict):
@@ -34,6 +34,12 @@ def tokenizer_from_payload(payload: dict | None, manifest: dict):
 
 def load_for_generation(path: str | os.PathLike) -> Loaded:
     path = Path(path)
+    from lab.checkpoint.export_medusa import is_medusa_folder
+
+    if is_medusa_folder(path):
+        from lab.checkpoint.export_medusa import load_medusa, medusa_tokenizer
+
+        return Loaded(load_medusa(path), medusa_tokenizer(path), None, "medusa")
     if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         from lab.checkpoint.export import load_release, load_release_tokenizer
 

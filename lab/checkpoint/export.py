@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lab.checkpoint import check_state_aliases, load_checkpoint, plain
-from lab.errors import ConfigError
+from lab.errors import ConfigError, require
 from lab.checkpoint.files import honour_umask
 from lab.checkpoint.base_model import check_same_base, with_base_weights
 from lab.checkpoint.export_hf import check_out_folder
@@ -218,12 +218,20 @@ FORMAT_HELP = ("lab: the harness's release folder; hf: a model=hf run's trunk as
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="lab-export", description="Write a next-token-only release of a lab-train checkpoint.")
-    parser.add_argument("ckpt", help="checkpoint file (e.g. <run dir>/checkpoints/last.ckpt)")
-    parser.add_argument("--out", required=True, help="release folder to create (must not exist or be empty)")
+    parser.add_argument("ckpt", nargs="?", help="checkpoint file (e.g. <run dir>/checkpoints/last.ckpt)")
+    parser.add_argument("--out", help="release folder to create (must not exist or be empty)")
     parser.add_argument("--keep-heads", action="store_true", help="keep the auxiliary MTP heads (speculative decoding)")
     parser.add_argument("--format", choices=tuple(FORMATS), default="lab", help=FORMAT_HELP)
+    parser.add_argument("--check", metavar="DIR", help="report a DeepSeek-layout folder's two gates (target-only and MTP completeness), "
+                                                        "its fusion order, keys per MTP layer, what is missing; exit 1 when a gate fails")
     args = parser.parse_args(argv)
     try:
+        if args.check is not None:
+            from lab.checkpoint.deepseek_layout import check_main
+
+            sys.exit(check_main(args.check))
+        require(args.ckpt is not None, "CKPT", "give the checkpoint to export (or --check DIR)")
+        require(args.out is not None, "--out", "give the folder to create")
         FORMATS[args.format](args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

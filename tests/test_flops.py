@@ -36,12 +36,21 @@ HEADS = {
 }
 
 
-@pytest.mark.parametrize("head", list(HEADS.values()), ids=list(HEADS))
+# model=hf: a tiny transformers Llama trunk, with harness or native (the Llama's own layer) head blocks
+HF_HEADS = {
+    "hf_parallel_2_layers": dict(name="parallel", k=3, n_layers=2, trunk="hf"),
+    "hf_parallel_native": dict(name="parallel", k=3, n_layers=2, block="native", trunk="hf"),
+    "hf_causal_native_detached": dict(name="causal", k=3, block="native", trunk_grad="detached", trunk="hf"),
+    "hf_deepseek_native": dict(name="deepseek", k=3, depth=2, block="native", trunk="hf"),
+}
+
+
+@pytest.mark.parametrize("head", [*HEADS.values(), *HF_HEADS.values()], ids=[*HEADS, *HF_HEADS])
 def test_forward_flops_equal_pytorchs_flop_counter(head):
     """Model forward + each horizon's vocabulary projection on all its rows, counted by FlopCounterMode.
 
     SDPA's math backend: the counter sees its two batched matmuls (the fused CPU kernel is not counted)."""
-    model = build_model(layers=4, compute_match="none", **head)
+    model = build_model(layers=4, **{"compute_match": "none", **head})
     batch = packed_batch()  # [2, 12]
     rows, seq_len = batch["tokens"].shape
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter, torch.no_grad():

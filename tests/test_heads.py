@@ -379,11 +379,16 @@ def test_head_init_options(head):
     random = build_model(layers=4, **head)
     stacks = random.head.head_stacks()
     assert not torch.equal(stacks[0].blocks[0].attn.qkv.weight, stacks[1].blocks[0].attn.qkv.weight)
-    last = build_model(layers=4, init="copy_last_block", **head)
+    last = build_model(layers=4, init="copy_last", **head)
     reference = last.trunk.blocks[-1].state_dict()
+    trunk_parameters = {id(p) for p in last.trunk.parameters()}
     for stack in last.head.head_stacks():
         for block in stack.blocks:
             assert all(torch.equal(v, reference[n]) for n, v in block.state_dict().items())
+            assert not any(id(p) in trunk_parameters for p in block.parameters())  # copies, not aliases
+    older_name = build_model(layers=4, init="copy_last_block", **head)  # the option's earlier name still reads
+    assert older_name.head_cfg.init == "copy_last"
+    assert all(torch.equal(a, b) for a, b in zip(older_name.head.state_dict().values(), last.head.state_dict().values()))
     first = build_model(layers=4, init="copy_first_head", **head)
     stacks = first.head.head_stacks()
     for stack in stacks[1:]:

@@ -84,6 +84,7 @@ BAD = {
     "missing path": (["model.path=/nonexistent/model"], "model.path", "no such folder"),
     "not a causal LM": (["model.path=null", "model.config={model_type:vit}"], "model.config", "not a causal LM"),
     "compute_match=blocks": (["head.compute_match=blocks"], "head.compute_match", "allowed: none"),
+    "copy_last, harness blocks": (["head.init=copy_last"], "head.init", "head.block=native"),
     "LoRA target absent": (["head.trunk_grad=lora", "head.lora.target_modules=[nope_proj]"], "head.lora.target_modules", "nope_proj"),
 }
 
@@ -191,11 +192,16 @@ def test_pretrained_heads_experiment_jobs_compose_and_build(llama_dir):
             parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("head", "reduction", "weights", "schedule", "optim", "objective")}
             module = MTPLitModule(model=OmegaConf.to_container(cfg.model, resolve=True), total_steps=10, **parts)
             head = module.model.head_cfg
-            seen[variant] = (head.name, head.k, head.trunk_grad, head.compute_match)
+            seen[variant] = (head.name, head.k, head.trunk_grad, head.compute_match, head.init)
+            blocks = [m for m in module.model.head.modules() if type(m) is type(module.model.trunk.blocks[-1])]
+            assert len(blocks) == {"medusa": 0, "parallel": 4, "deepseek": 1}[head.name]  # native: the base's own layers
+            if head.init == "copy_last" and head.trunk_grad == "frozen":  # (LoRA wraps the trunk layer's linears after the copy)
+                reference = module.model.trunk.blocks[-1].state_dict()
+                assert all(torch.equal(block.state_dict()[key], reference[key]) for block in blocks for key in reference)
     assert seen == {
-        "medusa_frozen": ("medusa", 5, "frozen", "none"), "parallel_frozen": ("parallel", 4, "frozen", "none"),
-        "deepseek_frozen": ("deepseek", 2, "frozen", "none"), "medusa_lora": ("medusa", 5, "lora", "none"),
-        "parallel_lora": ("parallel", 4, "lora", "none"), "deepseek_lora": ("deepseek", 2, "lora", "none"),
+        "medusa_frozen": ("medusa", 5, "frozen", "none", "random"), "parallel_frozen": ("parallel", 4, "frozen", "none", "copy_last"),
+        "deepseek_frozen": ("deepseek", 2, "frozen", "none", "random"), "medusa_lora": ("medusa", 5, "lora", "none", "random"),
+        "parallel_lora": ("parallel", 4, "lora", "none", "copy_last"), "deepseek_lora": ("deepseek", 2, "lora", "none", "random"),
     }
 
 

@@ -69,12 +69,17 @@ def draft_steps_for(head: str) -> list:
 
 @pytest.mark.parametrize("head", sorted(HEADS))
 def test_greedy_speculative_equals_plain_greedy(head):
-    model = fit_counting(model64(head))
+    assert_greedy_speculative_equals_plain(fit_counting(model64(head)), draft_steps_for(head), head)
+
+
+def assert_greedy_speculative_equals_plain(model, draft_steps: list, head: str) -> None:
+    """Same tokens for every draft budget, every token emitted, fewer target forwards than plain decoding,
+    and both accepted and rejected drafts over three prompts (tests/test_hf_decode.py runs it on HF trunks)."""
     accepted = rejected = 0
     for seed, length in ((0, 1), (1, 6), (2, 11)):
         prompt = torch.randint(0, 37, (length,), generator=torch.Generator().manual_seed(seed))
         plain = generate(model, prompt, 40)
-        for steps in draft_steps_for(head):
+        for steps in draft_steps:
             spec = generate(model, prompt, 40, speculative=True, draft_steps=steps)
             assert spec.tokens == plain.tokens, f"{head} draft_steps={steps} prompt {seed}"
             s = spec.stats

@@ -81,7 +81,7 @@ def load_parent_weights(model, source: str, tokenizer: dict | None = None) -> di
     check_parent_fits(state, tuple(parent), model, None if tokenizer is None else plain(tokenizer))
     model.load_state_dict(state, strict=False)
     if not any(key.startswith("head.") for key in state):
-        model.head.initialize(model.trunk)  # head init options (copy_last_block, …) read the loaded trunk
+        model.head.initialize(model.trunk)  # head init options (copy_last, …) read the loaded trunk
     from lab.checkpoint.export import sha256_file
 
     return {"source": str(Path(source).resolve()), "kind": kind, "sha256": sha256_file(path)}

@@ -57,7 +57,7 @@ def check_config(cfg: DictConfig) -> None:
     from lab.data import check_data_config
     from lab.model.compile import split_compile_option
     from lab.model.heads import head_config
-    from lab.model.mtp import head_defaults_for, model_config, trunk_layers
+    from lab.model.mtp import check_head_on_trunk, head_defaults_for, model_config, trunk_layers
     from lab.objective.objective import Objective
     from lab.training.optim import OptimConfig
 
@@ -68,12 +68,14 @@ def check_config(cfg: DictConfig) -> None:
     data = check_data_config(plain("data"))  # local files: exist and are not empty
     model, _ = split_compile_option(plain("model"))
     head = head_config(head_defaults_for(model, plain("head")))
+    if model.get("name") != "hf":
+        model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
+    check_head_on_trunk(model_config(model), head)  # compute matching, head.block, head.init, lora vs the trunk kind
     if model.get("name") == "hf":
         from lab.model.hf_trunk import preflight_hf
 
-        preflight_hf(model_config(model), head)  # config, tokenizer, compute matching, LoRA targets: no weights loaded
+        preflight_hf(model_config(model), head)  # config, tokenizer, LoRA targets: no weights loaded
     else:
-        model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
         trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
     typed(OptimConfig, plain("optim"), "optim")
     objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None

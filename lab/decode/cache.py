@@ -26,7 +26,7 @@ class StackCache:
 
     def __init__(self, key, family: str):
         self.key, self.family = key, family
-        self.layers: dict[int, int] = {}  # id(attention module) -> layer index, in call order
+        self.layers: dict = {}  # layer key (its attention module, or a transformers layer_idx) -> layer index, in call order
         self.keys: list[torch.Tensor] = []  # per layer [B, H, capacity, hd]
         self.values: list[torch.Tensor] = []
         self.lengths: list[int] = []  # rows written per layer (equal between forwards)
@@ -42,8 +42,9 @@ class StackCache:
         return self.length - self.committed
 
     def extend(self, attention, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append new rows [B, H, n, hd] to this layer; return all rows [B, H, length + n, hd]."""
-        layer = self.layers.setdefault(id(attention), len(self.layers))
+        """Append new rows [B, H, n, hd] to layer `attention` (a module, keyed by identity, or an int layer index);
+        return all rows [B, H, length + n, hd]."""
+        layer = self.layers.setdefault(attention, len(self.layers))
         if layer == len(self.keys):  # first call of this layer: its buffers
             capacity = max(64, 2 * k.shape[2])
             self.keys.append(k.new_empty(*k.shape[:2], capacity, k.shape[3]))

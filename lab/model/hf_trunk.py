@@ -14,17 +14,17 @@ inputs (flash, flex) would silently attend across documents, so they are refused
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import inspect
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
 from lab.errors import ConfigError, require
+from lab.model.native_layers import NativeLayers, attention_mask_for, layer_forward_flops, text_config
 from lab.model.trunk import AttentionContext, ModelConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -125,24 +125,28 @@ def load_hf_model(cfg: HFModelConfig):
     return model
 
 
-def text_config(hf_config):
-    return hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
-
-
 def rope_base(config) -> float:
     """The rotary base the family declares (transformers 5 keeps it in `rope_parameters`)."""
     parameters = getattr(config, "rope_parameters", None) or {}
     return float(parameters.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0)
 
 
-def block_config(hf_config) -> ModelConfig:
+@dataclass
+class HFBlockConfig(ModelConfig):
+    """The lab ModelConfig of a HF trunk (width, heads, vocabulary, norm eps for harness head blocks), plus
+    the builder of the model's own decoder layers for `head.block=native`."""
+
+    native: NativeLayers | None = field(default=None, repr=False, compare=False)
+
+
+def block_config(hf_config) -> HFBlockConfig:
     """The lab ModelConfig that head blocks built on this trunk use (width, heads, vocabulary, norm eps)."""
     config = text_config(hf_config)
     d = config.hidden_size
     inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * d
     eps = next((getattr(config, name) for name in ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_eps")
                 if getattr(config, name, None) is not None), 1e-5)
-    return ModelConfig(
+    return HFBlockConfig(
         vocab_size=config.vocab_size, d_model=d, n_layers=config.num_hidden_layers, n_heads=config.num_attention_heads,
         mlp_ratio=max(1, round(inner / d)), rope_base=rope_base(config), norm_eps=float(eps),
         tie_embeddings=bool(getattr(config, "tie_word_embeddings", False)), init_std=float(getattr(config, "initializer_range", 0.02)),
@@ -169,13 +173,6 @@ class HFFinalNorm:
         return torch.func.functional_call(self.module, {"weight": weight}, (rows,))  # [..., d]
 
 
-@dataclass
-class HFAttentionContext(AttentionContext):
-    """The lab context (for head blocks) plus what the HF forward takes: per-document positions."""
-
-    position_ids: torch.Tensor | None = None  # [B, S]
-
-
 def find_child(module: nn.Module, names: tuple[str, ...], what: str) -> nn.Module:
     for name in names:
         child = getattr(module, name, None)
@@ -191,6 +188,7 @@ class HFTrunk(nn.Module):
         super().__init__()
         self.hf = hf_model
         self.cfg = block_config(hf_model.config)
+        self.cfg.native = NativeLayers(hf_model)  # head.block=native: head blocks of the model's own layer class
         base = hf_model.base_model
         self.final_norm = HFFinalNorm(find_child(base, FINAL_NORM_NAMES, "final norm"), self.cfg.norm_eps)
         self.frozen = False  # head.trunk_grad=frozen: no graph and eval mode (dropout off) for the whole model
@@ -211,16 +209,13 @@ class HFTrunk(nn.Module):
     def blocks(self) -> nn.ModuleList:
         return find_child(self.hf.base_model, LAYER_LIST_NAMES, "decoder layers")
 
-    def attention_context(self, segment_ids, position_ids, key_valid) -> HFAttentionContext:
-        lab_ctx = AttentionContext.build(segment_ids, position_ids, key_valid, self.cfg.d_model // self.cfg.n_heads, self.cfg.rope_base)
-        return HFAttentionContext(**{f.name: getattr(lab_ctx, f.name) for f in dataclasses.fields(lab_ctx)}, position_ids=position_ids)
+    def attention_context(self, segment_ids, position_ids, key_valid) -> AttentionContext:
+        """The mask and positions the HF forward takes (lab rotary angles too, for harness head blocks)."""
+        return AttentionContext.build(segment_ids, position_ids, key_valid, self.cfg.d_model // self.cfg.n_heads, self.cfg.rope_base)
 
     def hf_mask(self, mask: torch.Tensor) -> torch.Tensor:
         """[B, 1, S, S] bool (True = may attend) in the form the attention implementation adds or takes."""
-        if self.hf.config._attn_implementation == "sdpa":
-            return mask
-        dtype = self.unembedding.dtype
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+        return attention_mask_for(self.hf.config, mask, self.unembedding.dtype)
 
     def train(self, mode: bool = True):
         return super().train(mode and not self.frozen)
@@ -246,9 +241,7 @@ class HFTrunk(nn.Module):
 
     def forward_flops(self, seq_len: int) -> int:
         """Matmul FLOPs of the decoder layers on one sequence: 2·S per matrix entry, plus attention's 4·S²·(heads·head_dim)."""
-        matrices = sum(p.numel() for p in self.blocks.parameters() if p.dim() >= 2)
-        attention_width = self.cfg.d_model
-        return 2 * seq_len * matrices + len(self.blocks) * 4 * seq_len * seq_len * attention_width
+        return layer_forward_flops(self.blocks, seq_len, self.cfg.d_model)
 
 
 def build_hf_trunk(cfg: HFModelConfig) -> HFTrunk:
@@ -279,13 +272,11 @@ def check_tokenizer_fits(tokenizer_vocab: int, model_vocab: int) -> None:
 
 def preflight_hf(cfg: HFModelConfig, head_cfg) -> None:
     """Every check of a `model=hf` run that needs no weights (`cfg` typed by lab.model.mtp.model_config):
-    config, causal LM, tokenizer and its vocabulary, compute matching, LoRA target modules (on a
-    weightless meta-device copy)."""
+    config, causal LM, tokenizer and its vocabulary, LoRA target modules (on a weightless meta-device
+    copy). The head options that depend on the trunk are lab.model.mtp.check_head_on_trunk's."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    require(head_cfg.compute_match == "none", "head.compute_match",
-            f"{head_cfg.compute_match} would drop layers of a pretrained trunk (model=hf); allowed: none")
     config = load_hf_config(cfg)
     vocab = text_config(config).vocab_size
     folder = cfg.tokenizer_path or cfg.path

@@ -85,15 +85,24 @@ def check_vocabulary(model: "MTPModel", tokenizer_vocab: int) -> None:
     check_tokenizer_fits(tokenizer_vocab, model.trunk.cfg.vocab_size)
 
 
-def build_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) -> nn.Module:
+def check_head_on_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) -> None:
+    """Head options whose meaning depends on the trunk (pre-flight and build both run this)."""
     if isinstance(model_cfg, HFModelConfig):
         require(head_cfg.compute_match == "none", "head.compute_match",
                 f"{head_cfg.compute_match} would drop layers of a pretrained trunk (model=hf); allowed: none")
-        require(head_cfg.init != "copy_last_block", "head.init",
-                "copy_last_block copies a trunk block into a head block of the same class, and a transformers decoder layer "
-                "is not a lab block; allowed on model=hf: random, copy_first_head")
-        return build_hf_trunk(model_cfg)
+        require(head_cfg.init != "copy_last" or head_cfg.block == "native", "head.init",
+                "copy_last copies the last trunk layer into every head block, which needs blocks of its class: "
+                "add head.block=native (or use head.init=random|copy_first_head)")
+        return
     require(head_cfg.trunk_grad != "lora", "head.trunk_grad", "lora adapts a pretrained trunk: it needs model=hf; allowed here: joint, detached, frozen")
+    require(head_cfg.block != "native", "head.block",
+            "native builds the Hugging Face model's own decoder layer: it needs model=hf; allowed here: lab")
+
+
+def build_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) -> nn.Module:
+    check_head_on_trunk(model_cfg, head_cfg)
+    if isinstance(model_cfg, HFModelConfig):
+        return build_hf_trunk(model_cfg)
     return Trunk(model_cfg, trunk_layers(model_cfg, head_cfg))
 
 

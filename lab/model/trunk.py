@@ -72,10 +72,14 @@ class AttentionContext:
     # Incremental decoding: the key/value caches (lab.decode.cache.CacheSet). Each attention
     # layer appends its new rows to its own cache and attends over cached + new keys.
     kv: object | None = None
+    # [B, S] the rows' positions (restarting per document): a transformers decoder layer (the HF trunk,
+    # native head blocks) computes its own rotary angles from them. None in decoding: positions follow the cache.
+    position_ids: torch.Tensor | None = None
 
     @staticmethod
     def build(segment_ids, position_ids, key_valid, head_dim: int, rope_base: float):
-        return AttentionContext(document_causal_mask(segment_ids, key_valid), *rotary_angles(position_ids, head_dim, rope_base))
+        mask = document_causal_mask(segment_ids, key_valid)
+        return AttentionContext(mask, *rotary_angles(position_ids, head_dim, rope_base), position_ids=position_ids)
 
 
 def document_causal_mask(segment_ids: torch.Tensor, key_valid: torch.Tensor) -> torch.Tensor:

@@ -19,11 +19,16 @@ from lab.errors import ConfigError, require
 from lab.schema import field_names, typed
 from lab.labels import horizon_mask
 from lab.model.flops import block_forward_flops
+from lab.model.native_layers import NativeLayers, layer_forward_flops
 from lab.model.trunk import AttentionContext, Block, ModelConfig, RMSNorm
 
 UNEMBEDDINGS = ("shared", "replicated")
 COMPUTE_MATCHES = ("blocks", "next_token_path", "none")  # see lab/model/mtp.py: trunk_layers
-INITS = ("random", "copy_last_block", "copy_first_head")
+# copy_last: every head block starts as a copy of the last trunk block (Medusa-2 / FastMTP)
+INITS = ("random", "copy_last", "copy_first_head")
+INIT_ALIASES = {"copy_last_block": "copy_last"}  # the option's earlier name (manifests of older runs)
+# lab: the harness's Block; native: the HF model's own decoder layer (model=hf; lab/model/native_layers.py)
+BLOCKS = ("lab", "native")
 # detached: horizons ≥ 2 send the trunk no gradient; frozen: trunk, embedding, final norm and
 # unembedding get no gradient at all and no optimizer state (heads trained on a fixed model);
 # lora: a pretrained trunk (model=hf) stays fixed except its LoRA adapters (head.lora), which every horizon trains.
@@ -41,6 +46,7 @@ class HeadConfig:
     compute_match: str = "blocks"  # blocks | next_token_path | none
     unembedding: str = "shared"
     init: str = "random"
+    block: str = "lab"  # what head blocks (block stacks, DeepSeek depth modules) are made of
     trunk_grad: str = "joint"
     offsets: list[int] | None = None  # horizon k predicts tokens[t + offsets[k-1]]; None: [1..K]
     lora: dict | None = None  # trunk_grad=lora: r, alpha, dropout, target_modules (lab/model/lora.py)
@@ -48,9 +54,11 @@ class HeadConfig:
     def validate(self) -> None:
         require(isinstance(self.k, int) and self.k >= 1, "head.k", f"must be an integer ≥ 1, got {self.k}")
         require(self.n_layers >= 1, "head.n_layers", f"must be ≥ 1, got {self.n_layers}")
+        self.init = INIT_ALIASES.get(self.init, self.init)
         for name, value, allowed in (
             ("head.unembedding", self.unembedding, UNEMBEDDINGS),
             ("head.init", self.init, INITS),
+            ("head.block", self.block, BLOCKS),
             ("head.trunk_grad", self.trunk_grad, TRUNK_GRADS),
             ("head.compute_match", self.compute_match, COMPUTE_MATCHES),
         ):
@@ -136,14 +144,32 @@ def endpoint_horizon(k: int, rows: torch.Tensor, batch: dict, norm: RMSNorm, wei
     )
 
 
-class BlockStack(nn.Module):
-    """`n` transformer blocks applied in sequence: one head of a block architecture."""
+def native_layers(cfg: HeadConfig, model_cfg: ModelConfig) -> NativeLayers | None:
+    """The HF trunk's layer builder when `head.block=native` (its cfg carries one), else None: harness blocks."""
+    if cfg.block != "native":
+        return None
+    native = getattr(model_cfg, "native", None)
+    require(native is not None, "head.block", "native builds the Hugging Face model's own decoder layer: it needs model=hf; allowed here: lab")
+    return native
 
-    def __init__(self, model_cfg: ModelConfig, n: int):
+
+def head_block_flops(block: nn.Module, model_cfg: ModelConfig, rows: int) -> int:
+    """Forward matmul FLOPs of one head block (a harness Block or a native decoder layer) on `rows` rows."""
+    return block_forward_flops(model_cfg, rows) if isinstance(block, Block) else layer_forward_flops([block], rows, model_cfg.d_model)
+
+
+class BlockStack(nn.Module):
+    """`n` transformer blocks applied in sequence: one head of a block architecture. With `native`, the
+    blocks are the HF model's decoder layers numbered from `first_index` among the head's layers."""
+
+    def __init__(self, model_cfg: ModelConfig, n: int, native: NativeLayers | None = None, first_index: int = 0):
         super().__init__()
-        self.blocks = nn.ModuleList(Block(model_cfg) for _ in range(n))
+        self.native = native
+        self.blocks = nn.ModuleList(Block(model_cfg) if native is None else native.build(first_index + i) for i in range(n))
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        if self.native is not None:
+            return self.native.run(self.blocks, x, ctx)  # [B, S, d]
         for block in self.blocks:
             x = block(x, ctx)
         return x
@@ -299,10 +325,10 @@ class MTPHead(nn.Module):
                 for projection in self.projections:
                     projection.copy_(trunk.unembedding)
         stacks = self.head_stacks()
-        if self.cfg.init == "copy_last_block" and stacks:
+        if self.cfg.init == "copy_last" and stacks:
             for stack in stacks:
                 for block in stack.blocks:
-                    block.load_state_dict(trunk.blocks[-1].state_dict())
+                    block.load_state_dict(trunk.blocks[-1].state_dict())  # copies into the block's own Parameters
         elif self.cfg.init == "copy_first_head":
             for stack in stacks[1:]:
                 stack.load_state_dict(copy.deepcopy(stacks[0].state_dict()))
@@ -334,7 +360,8 @@ class BlockStackHead(MTPHead):
 
     def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
         super().__init__(cfg, model_cfg)
-        self.stacks = nn.ModuleList(BlockStack(model_cfg, cfg.n_layers) for _ in range(cfg.k))
+        native = native_layers(cfg, model_cfg)
+        self.stacks = nn.ModuleList(BlockStack(model_cfg, cfg.n_layers, native, i * cfg.n_layers) for i in range(cfg.k))
 
     @staticmethod
     def main_path_blocks(cfg: HeadConfig) -> int:
@@ -345,7 +372,7 @@ class BlockStackHead(MTPHead):
         return cfg.k * cfg.n_layers
 
     def forward_flops(self, seq_len: int, model_cfg: ModelConfig) -> int:
-        return (self.head_blocks(self.cfg) + self.recomputed_blocks()) * block_forward_flops(model_cfg, seq_len)
+        return (self.head_blocks(self.cfg) + self.recomputed_blocks()) * head_block_flops(self.stacks[0].blocks[0], model_cfg, seq_len)
 
     def recomputed_blocks(self) -> int:
         """Blocks run a second time on a detached trunk state (`trunk_grad=detached`); 0 by default."""

@@ -19,8 +19,8 @@ import torch.nn as nn
 
 from lab.errors import ConfigError, require
 from lab.labels import chain_masks
-from lab.model.flops import block_forward_flops
-from lab.model.heads.base import HeadConfig, Horizon, MTPHead
+from lab.model.heads.base import HeadConfig, Horizon, MTPHead, head_block_flops, native_layers
+from lab.model.native_layers import NativeLayers
 from lab.model.trunk import AttentionContext, Block, RMSNorm
 
 HIDDEN_INPUTS = ("pre_norm", "post_norm")
@@ -44,19 +44,25 @@ class DeepSeekConfig(HeadConfig):
 
 
 class DepthModule(nn.Module):
-    def __init__(self, model_cfg, fusion_order: str):
+    """One depth: fusion and a transformer block (the harness's, or with `native` the HF model's own
+    decoder layer, head layer number `index`, i.e. layer_idx N + d − 1 as in DeepSeek-V3's layout)."""
+
+    def __init__(self, model_cfg, fusion_order: str, native: NativeLayers | None = None, index: int = 0):
         super().__init__()
         d = model_cfg.d_model
         self.fusion_order = fusion_order
         self.hidden_norm = RMSNorm(d, model_cfg.norm_eps)
         self.embed_norm = RMSNorm(d, model_cfg.norm_eps)
         self.proj = nn.Linear(2 * d, d, bias=False)
-        self.block = Block(model_cfg)
+        self.native = native
+        self.block = Block(model_cfg) if native is None else native.build(index)
 
     def forward(self, previous: torch.Tensor, teacher: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         parts = (self.hidden_norm(previous), self.embed_norm(teacher))  # 2 × [B, S-d, d]
-        fused = torch.cat(parts if self.fusion_order == "he" else parts[::-1], dim=-1)  # [B, S-d, 2d]
-        return self.block(self.proj(fused), ctx)  # [B, S-d, d]
+        fused = self.proj(torch.cat(parts if self.fusion_order == "he" else parts[::-1], dim=-1))  # [B, S-d, 2d] -> [B, S-d, d]
+        if self.native is not None:
+            return self.native.run([self.block], fused, ctx)  # [B, S-d, d]
+        return self.block(fused, ctx)  # [B, S-d, d]
 
 
 class DeepSeekHead(MTPHead):
@@ -96,7 +102,8 @@ class DeepSeekHead(MTPHead):
         self.head_dim = model_cfg.d_model // model_cfg.n_heads
         self.rope_base = model_cfg.rope_base
         n_modules = 1 if cfg.share_depth_weights else depth
-        self.depth_modules = nn.ModuleList(DepthModule(model_cfg, cfg.fusion_order) for _ in range(n_modules))
+        native = native_layers(cfg, model_cfg)
+        self.depth_modules = nn.ModuleList(DepthModule(model_cfg, cfg.fusion_order, native, d) for d in range(n_modules))
 
     def horizon_of(self, name):
         if name.startswith("depth_modules.") and self.cfg.share_depth_weights:
@@ -111,7 +118,8 @@ class DeepSeekHead(MTPHead):
     def forward_flops(self, seq_len, model_cfg):
         d = model_cfg.d_model
         rows = [seq_len - depth for depth in range(1, self.depth + 1)]  # depth d runs on S-d rows
-        return sum(2 * r * (2 * d) * d + block_forward_flops(model_cfg, r) for r in rows)  # 2d→d projection + block
+        block = self.depth_modules[0].block
+        return sum(2 * r * (2 * d) * d + head_block_flops(block, model_cfg, r) for r in rows)  # 2d→d projection + block
 
     def module_at(self, d: int) -> DepthModule:
         return self.depth_modules[0 if self.cfg.share_depth_weights else d - 1]
@@ -131,7 +139,7 @@ class DeepSeekHead(MTPHead):
 
     def initialize(self, trunk):
         super().initialize(trunk)
-        if self.cfg.init == "copy_last_block":
+        if self.cfg.init == "copy_last":
             for module in self.depth_modules:
                 module.block.load_state_dict(trunk.blocks[-1].state_dict())
 

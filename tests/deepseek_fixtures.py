@@ -10,9 +10,11 @@ from pathlib import Path
 
 import torch
 
+from tests.hf_fixtures import write_tokenizer
+
 N_MAIN = 2
 DEEPSEEK = dict(
-    vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=N_MAIN,
+    vocab_size=300, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=N_MAIN,
     num_attention_heads=2, num_key_value_heads=2, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
     n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
     qk_nope_head_dim=8, v_head_dim=8, max_position_embeddings=128, tie_word_embeddings=False,
@@ -48,7 +50,7 @@ def mtp_state(main: dict[str, torch.Tensor], depth: int, generator: torch.Genera
 
 
 def write_deepseek_release(folder: Path, depth: int = 1, *, seed: int = 0, drop: tuple[str, ...] = (), drop_layers: tuple[int, ...] = (),
-                           dtypes: dict[str, torch.dtype] | None = None, config_extra: dict | None = None) -> Path:
+                           dtypes: dict[str, torch.dtype] | None = None, config_extra: dict | None = None, tokenizer: bool = True) -> Path:
     """A DeepSeek-layout folder; `drop` removes keys, `drop_layers` whole layers, `dtypes` recasts keys."""
     from huggingface_hub import save_torch_state_dict
     from transformers import AutoModelForCausalLM
@@ -69,5 +71,7 @@ def write_deepseek_release(folder: Path, depth: int = 1, *, seed: int = 0, drop:
         setattr(config, key, value)
     folder.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(folder)
+    if tokenizer:
+        write_tokenizer(folder, DEEPSEEK["vocab_size"])
     save_torch_state_dict(state, folder, max_shard_size="40KB")  # several shards + model.safetensors.index.json
     return folder

@@ -210,10 +210,21 @@ def write_medusa_folder(args) -> None:
     print(f"medusa folder: {args.out} ({config['num_heads']} heads × {config['num_hidden_layers']} blocks; base: {config['base_model']['path']})")
 
 
+def write_deepseek_folder(args) -> None:
+    from lab.checkpoint.deepseek_layout import report_lines
+    from lab.checkpoint.export_deepseek import export_deepseek
+
+    check_out_folder(Path(args.out))
+    checkpoint = load_checkpoint(args.ckpt)
+    report = export_deepseek(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
+    print("\n".join(report_lines(report)))
+
+
 # `--format` → the writer of that layout
-FORMATS = {"lab": write_lab_release, "hf": write_hf_folder, "medusa": write_medusa_folder}
+FORMATS = {"lab": write_lab_release, "hf": write_hf_folder, "medusa": write_medusa_folder, "deepseek": write_deepseek_folder}
 FORMAT_HELP = ("lab: the harness's release folder; hf: a model=hf run's trunk as a Hugging Face folder (save_pretrained + tokenizer); "
-               "medusa: a head=medusa run on model=hf in vLLM's Medusa layout beside a pointer to its base")
+               "medusa: a head=medusa run on model=hf in vLLM's Medusa layout beside a pointer to its base; "
+               "deepseek: a head=deepseek run on a model=hf family with MTP layers, depths as model.layers.{N+d-1}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -314,3 +314,22 @@ def test_export_refusals_name_the_field(tmp_path, cache_dir, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and lines == ["error: --format: deepseek needs a model=hf trunk of a family with MTP layers; this run trains the harness's GPT"]
     assert not out.exists() and not list(tmp_path.glob(".gpt_release.partial-*"))
+
+
+@pytest.mark.slow
+def test_a_run_starts_from_a_released_folder_through_the_config(tmp_path, cache_dir):
+    """`model=hf model.path=DIR init_from=hf:DIR head=deepseek …`: the run's depths start as the folder's, and it trains."""
+    from lab.train import build
+
+    folder = write_deepseek_release(tmp_path / "release", depth=2)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=[
+            *NOT_MODEL, "model=hf", f"model.path={folder}", f"init_from='hf:{folder}'", "head=deepseek", "head.depth=2", "head.block=native",
+            "head.hidden_input=post_norm", "head.chain_state=normed", "head.trunk_grad=frozen", "optim.warmup_steps=1", f"paths.cache_dir={cache_dir}"])
+    _, module = build(cfg)
+    imported = load_deepseek_folder(folder).model.state_dict()
+    own = module.model.state_dict()
+    assert own.keys() == imported.keys() and all(torch.equal(own[k], imported[k]) for k in own)
+    assert module.init_from["kind"] == "hf"
+    trainer, module, _ = fit(cfg, tmp_path / "run", max_steps=2, every=2)
+    assert trainer.global_step == 2

@@ -149,3 +149,19 @@ def test_reader_refuses_a_base_that_is_not_the_one_named(runs, tmp_path, capsys)
     shutil.copy(other / "model.safetensors", out / "base" / "model.safetensors")  # same shapes, other weights
     with pytest.raises(ConfigError, match=r"^base_model: weights_sha256 of the base at .* differs"):
         load_medusa(out)
+
+
+def test_init_from_a_medusa_folder_gives_its_heads(runs, tmp_path, capsys):
+    from lab.checkpoint.init_from import load_parent_weights
+    from lab.model import build_model
+
+    ckpt, trained = runs["frozen_replicated"]
+    out = tmp_path / "medusa"
+    export_to(ckpt, out, capsys)
+    base = trained.trunk.base_identity["path"]
+    child = build_model({"name": "hf", "path": base}, {"name": "medusa", "k": 3, "n_layers": 2, "unembedding": "replicated", "trunk_grad": "frozen"})
+    record = load_parent_weights(child, str(out))
+    assert record["kind"] == "medusa"
+    batch = probe()
+    for got, expected in zip(all_logits(child.eval(), batch), all_logits(trained, batch), strict=True):
+        assert torch.equal(got, expected)

@@ -184,6 +184,8 @@ def inspect_layout(folder: str | Path, *, load_target: bool = True) -> LayoutRep
     config = read_config(folder)
     n_main, depth = config.get("num_hidden_layers"), mtp_depth(config)
     require(isinstance(n_main, int) and n_main >= 1, "num_hidden_layers", f"config.json needs the main layer count, got {n_main!r}")
+    for name in ("hidden_size", "vocab_size"):
+        require(isinstance(config.get(name), int), name, f"config.json needs it (an integer), got {config.get(name)!r}")
     order, source = declared_fusion_order(config)
     table = tensor_table(folder)
     report = LayoutReport(folder, str(config.get("model_type")), n_main, depth, config["hidden_size"], config["vocab_size"], order, source)

@@ -210,7 +210,7 @@ def write_medusa_folder(args) -> None:
     print(f"medusa folder: {args.out} ({config['num_heads']} heads × {config['num_hidden_layers']} blocks; base: {config['base_model']['path']})")
 
 
-def write_deepseek_folder(args) -> None:
+def write_deepseek_layout(args) -> None:
     from lab.checkpoint.deepseek_layout import report_lines
     from lab.checkpoint.export_deepseek import export_deepseek
 
@@ -221,7 +221,7 @@ def write_deepseek_folder(args) -> None:
 
 
 # `--format` → the writer of that layout
-FORMATS = {"lab": write_lab_release, "hf": write_hf_folder, "medusa": write_medusa_folder, "deepseek": write_deepseek_folder}
+FORMATS = {"lab": write_lab_release, "hf": write_hf_folder, "medusa": write_medusa_folder, "deepseek": write_deepseek_layout}
 FORMAT_HELP = ("lab: the harness's release folder; hf: a model=hf run's trunk as a Hugging Face folder (save_pretrained + tokenizer); "
                "medusa: a head=medusa run on model=hf in vLLM's Medusa layout beside a pointer to its base; "
                "deepseek: a head=deepseek run on a model=hf family with MTP layers, depths as model.layers.{N+d-1}")

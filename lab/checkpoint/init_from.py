@@ -1,4 +1,4 @@
-"""`init_from=<checkpoint | run dir | release dir>`: start a run from another model's weights (weights only).
+"""`init_from=<checkpoint | run dir | release dir | Medusa folder | hf:DeepSeek-layout folder>`: start a run from another model's weights (weights only).
 
 Nothing but tensors is taken: no optimizer state, step, λ position or RNG (that is a resume,
 `ckpt_path`). Two-stage recipes use it: train a next-token model, then train heads on it with
@@ -24,13 +24,17 @@ HF_PREFIX = "hf:"  # init_from=hf:<folder>: a Hugging Face folder in the DeepSee
 
 
 def parent_files(source: str | Path) -> tuple[str, Path]:
-    """("checkpoint" | "release" | "hf", the file whose sha256 identifies the parent)."""
+    """("checkpoint" | "release" | "medusa" | "hf", the file whose sha256 identifies the parent)."""
     if str(source).startswith(HF_PREFIX):
         folder = Path(str(source)[len(HF_PREFIX):]).expanduser()
         require((folder / "config.json").is_file(), "init_from", f"{source}: no Hugging Face folder (config.json) at {folder}")
         index = folder / "model.safetensors.index.json"
         return "hf", index if index.is_file() else folder / "model.safetensors"
     path = Path(source)
+    from lab.checkpoint.export_medusa import is_medusa_folder
+
+    if is_medusa_folder(path):
+        return "medusa", path / "model.safetensors"
     if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         return "release", path / "model.safetensors"
     if path.is_dir():
@@ -59,10 +63,22 @@ def hf_folder_weights(folder: Path, model) -> tuple[dict[str, torch.Tensor], dic
     return state, {"vocab_size": imported.model.trunk.cfg.vocab_size}, tokenizer, "deepseek"
 
 
+def medusa_folder_weights(folder: Path, model) -> tuple[dict[str, torch.Tensor], dict, dict, str | None]:
+    """A `lab-export --format medusa` folder: its base (identity checked) and its heads."""
+    from lab.checkpoint.export_medusa import load_medusa, medusa_tokenizer
+
+    medusa = load_medusa(folder)
+    return medusa.state_dict(), {"vocab_size": medusa.trunk.cfg.vocab_size}, medusa_tokenizer(folder).identity, medusa.head_cfg.name
+
+
+# Parents that are folders in a layout outside the harness: kind -> reader(folder, this run's model)
+FOLDER_READERS = {"hf": hf_folder_weights, "medusa": medusa_folder_weights}
+
+
 def parent_weights(kind: str, path: Path, model=None) -> tuple[dict[str, torch.Tensor], dict, dict, str | None]:
     """(model state keyed like MTPModel.state_dict, the parent's model config, its tokenizer identity, its head name)."""
-    if kind == "hf":
-        return hf_folder_weights(path.parent, model)
+    if kind in FOLDER_READERS:
+        return FOLDER_READERS[kind](path.parent, model)
     if kind == "release":
         from safetensors.torch import load_file
 

@@ -113,7 +113,6 @@ def assert_same_decoding(ours: dict, theirs: dict, plain: list[int]) -> None:
     assert rounds >= 5 and theirs["drafts"][:rounds] == ours["drafts"] and theirs["accepted"][:rounds] == ours["accepted"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("depth", [1, 2])
 def test_transformers_mtp_decoding_of_the_export_equals_the_harness_speculative_greedy(trained, depth, tmp_path, monkeypatch, capsys):
     ckpt, model = trained(depth)
@@ -132,7 +131,6 @@ def test_transformers_mtp_decoding_of_the_export_equals_the_harness_speculative_
     assert len(accepted) >= 2  # rejections and acceptances both happened: the drafts were really compared
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("depth", [1, 2])
 def test_an_imported_release_decodes_as_transformers_does(depth, tmp_path, monkeypatch):
     """A folder written by transformers plus released-layout MTP layers (random weights) — not by the harness."""
@@ -254,7 +252,6 @@ def test_init_from_hf_folder_gives_the_imported_weights(tmp_path):
         load_parent_weights(pre_norm_child, f"hf:{folder}")
 
 
-@pytest.mark.slow  # two lab-generate processes
 def test_without_layer_n_it_loads_as_a_target_and_is_refused_as_a_proposer(tmp_path):
     folder = write_deepseek_release(tmp_path / "release", depth=1, drop_layers=(N_MAIN,))
     imported = load_deepseek_folder(folder)
@@ -316,7 +313,6 @@ def test_export_refusals_name_the_field(tmp_path, cache_dir, capsys):
     assert not out.exists() and not list(tmp_path.glob(".gpt_release.partial-*"))
 
 
-@pytest.mark.slow
 def test_a_run_starts_from_a_released_folder_through_the_config(tmp_path, cache_dir):
     """`model=hf model.path=DIR init_from=hf:DIR head=deepseek …`: the run's depths start as the folder's, and it trains."""
     from lab.train import build

@@ -329,3 +329,21 @@ def test_a_run_starts_from_a_released_folder_through_the_config(tmp_path, cache_
     assert module.init_from["kind"] == "hf"
     trainer, module, _ = fit(cfg, tmp_path / "run", max_steps=2, every=2)
     assert trainer.global_step == 2
+
+
+GLM4_MOE = dict(model_type="glm4_moe", vocab_size=300, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=N_MAIN,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=8, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                n_shared_experts=1, first_k_dense_replace=1, max_position_embeddings=128, tie_word_embeddings=False, partial_rotary_factor=0.5)
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_glm4_moe_exports_read_by_transformers_mtp_draft_what_the_harness_drafts(depth, tmp_path, monkeypatch):
+    """The other family that declares MTP layers (random weights: every draft is compared, most are rejected)."""
+    torch.manual_seed(0)
+    model = build_model({"name": "hf", "config": GLM4_MOE}, deepseek_head(depth, "he")).eval()
+    folder = tmp_path / "release"
+    write_deepseek_folder(model, folder)
+    for prompt in PROMPTS[:2]:
+        ours = harness_speculative(model, prompt, monkeypatch)
+        theirs = transformers_mtp(folder, depth, prompt, monkeypatch)
+        assert_same_decoding(ours, theirs, generate(model, prompt, NEW_TOKENS).tokens)

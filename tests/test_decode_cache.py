@@ -28,6 +28,8 @@ HEADS = {
     "anticausal": ("anticausal", 3, {}),
     "deepseek": ("deepseek", 3, {"depth": 2}),
     "deepseek_shared_post_norm": ("deepseek", 3, {"depth": 2, "share_depth_weights": True, "hidden_input": "post_norm"}),
+    # transformers' / vLLM's MTP loop: depth d + 1 reads depth d's output after the shared final norm
+    "deepseek_normed_chain": ("deepseek", 3, {"depth": 2, "hidden_input": "post_norm", "chain_state": "normed"}),
 }
 VARIANTS = [(head, matched, tie) for head in HEADS for matched in ("blocks", "none") for tie in (True, False)]  # head.compute_match
 
@@ -88,7 +90,7 @@ def test_cached_steps_match_full_forwards_with_rollbacks(head, matched, tie):
     assert state.caches.cache(TRUNK).committed == len(committed) > 6
 
 
-@pytest.mark.parametrize("head", ["deepseek", "deepseek_shared_post_norm"])
+@pytest.mark.parametrize("head", ["deepseek", "deepseek_shared_post_norm", "deepseek_normed_chain"])
 @pytest.mark.parametrize("tie", [True, False])
 @pytest.mark.parametrize("steps", [1, 2, 4])
 def test_deepseek_draft_steps_match_teacher_forced_forwards(head, tie, steps):

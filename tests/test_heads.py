@@ -179,6 +179,28 @@ def test_deepseek_depth_d_consumes_teacher_token_t_plus_d(depth):
     assert horizon.k == depth + 1 and torch.equal(horizon.labels, batch["tokens"][:, depth + 1 :])
 
 
+def test_deepseek_normed_chain_feeds_depth_2_the_final_normed_depth_1_output():
+    """head.chain_state=normed (transformers' and vLLM's MTP loop): depth 2 reads final_norm(depth-1 output);
+    block_output (the paper's h^1) reads it raw. Same weights, a non-trivial final norm: the two differ."""
+    normed = build_model("deepseek", 3, depth=2, hidden_input="post_norm", chain_state="normed")
+    raw = build_model("deepseek", 3, seed=1, depth=2, hidden_input="post_norm")
+    with torch.no_grad():
+        normed.trunk.final_norm.weight.uniform_(0.5, 1.5)
+    raw.load_state_dict(normed.state_dict())
+    batch = make_batch(torch.randint(1, VOCAB, (1, 10), generator=torch.Generator().manual_seed(4)), [[0] * 10])
+    head, shared, seq_len = normed.head, normed.shared_parts(), 10
+    with torch.no_grad():
+        depth1 = normed(batch)[1].hidden  # [1, S-2, d]: depth 1's block output, rows with a label
+        state_mask = lambda d: chain_masks(batch["active"], batch["segment_ids"], d)[0]  # noqa: E731
+        ctx = lambda d: head._depth_context(batch, state_mask(d), d)  # noqa: E731
+        trunk_state = shared.final_norm(normed.trunk(batch["tokens"], normed.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])))
+        out1 = head.module_at(1)(trunk_state[:, : seq_len - 1], shared.embed(batch["tokens"][:, 1:]), ctx(1))  # [1, S-1, d]
+        expected = head.module_at(2)(shared.final_norm(out1)[:, : seq_len - 2], shared.embed(batch["tokens"][:, 2:]), ctx(2))  # [1, S-2, d]
+        torch.testing.assert_close(depth1, out1[:, : seq_len - 2], atol=1e-6, rtol=0)
+        torch.testing.assert_close(normed(batch)[2].hidden, expected[:, : seq_len - 3], atol=1e-6, rtol=0)
+        assert (raw(batch)[2].hidden - normed(batch)[2].hidden).abs().max() > 1e-3
+
+
 # ---------------------------------------------------------------- 2. gradient ownership
 
 

@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lab.checkpoint import check_state_aliases, load_checkpoint, plain
-from lab.errors import ConfigError
+from lab.errors import ConfigError, require
 from lab.checkpoint.files import honour_umask
 from lab.checkpoint.base_model import check_same_base, with_base_weights
 from lab.checkpoint.export_hf import check_out_folder
@@ -187,28 +187,66 @@ def load_release_tokenizer(folder: str | os.PathLike):
     return tokenizer
 
 
+def write_lab_release(args) -> None:
+    record = export(args.ckpt, args.out, keep_heads=args.keep_heads)
+    print(f"release: {args.out} ({len(record['removed_keys'])} auxiliary keys removed, parent sha256 {record['parent_sha256'][:12]})")
+
+
+def write_hf_folder(args) -> None:
+    from lab.checkpoint.export_hf import export_hf
+
+    check_out_folder(Path(args.out))
+    checkpoint = load_checkpoint(args.ckpt)
+    export_hf(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
+    print(f"hf folder: {args.out} (AutoModelForCausalLM.from_pretrained reads it; model=hf model.path={args.out})")
+
+
+def write_medusa_folder(args) -> None:
+    from lab.checkpoint.export_medusa import export_medusa
+
+    check_out_folder(Path(args.out))
+    checkpoint = load_checkpoint(args.ckpt)
+    config = export_medusa(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
+    print(f"medusa folder: {args.out} ({config['num_heads']} heads × {config['num_hidden_layers']} blocks; base: {config['base_model']['path']})")
+
+
+def write_deepseek_layout(args) -> None:
+    from lab.checkpoint.deepseek_layout import report_lines
+    from lab.checkpoint.export_deepseek import export_deepseek
+
+    check_out_folder(Path(args.out))
+    checkpoint = load_checkpoint(args.ckpt)
+    report = export_deepseek(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
+    print("\n".join(report_lines(report)))
+
+
+# `--format` → the writer of that layout
+FORMATS = {"lab": write_lab_release, "hf": write_hf_folder, "medusa": write_medusa_folder, "deepseek": write_deepseek_layout}
+FORMAT_HELP = ("lab: the harness's release folder; hf: a model=hf run's trunk as a Hugging Face folder (save_pretrained + tokenizer); "
+               "medusa: a head=medusa run on model=hf in vLLM's Medusa layout beside a pointer to its base; "
+               "deepseek: a head=deepseek run on a model=hf family with MTP layers, depths as model.layers.{N+d-1}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="lab-export", description="Write a next-token-only release of a lab-train checkpoint.")
-    parser.add_argument("ckpt", help="checkpoint file (e.g. <run dir>/checkpoints/last.ckpt)")
-    parser.add_argument("--out", required=True, help="release folder to create (must not exist or be empty)")
+    parser.add_argument("ckpt", nargs="?", help="checkpoint file (e.g. <run dir>/checkpoints/last.ckpt)")
+    parser.add_argument("--out", help="release folder to create (must not exist or be empty)")
     parser.add_argument("--keep-heads", action="store_true", help="keep the auxiliary MTP heads (speculative decoding)")
-    parser.add_argument("--format", choices=("lab", "hf"), default="lab",
-                        help="lab: the harness's release folder; hf: a model=hf run's trunk as a Hugging Face folder (save_pretrained + tokenizer)")
+    parser.add_argument("--format", choices=tuple(FORMATS), default="lab", help=FORMAT_HELP)
+    parser.add_argument("--check", metavar="DIR", help="report a DeepSeek-layout folder's two gates (target-only and MTP completeness), "
+                                                        "its fusion order, keys per MTP layer, what is missing; exit 1 when a gate fails")
     args = parser.parse_args(argv)
     try:
-        if args.format == "hf":
-            from lab.checkpoint.export_hf import export_hf
+        if args.check is not None:
+            from lab.checkpoint.deepseek_layout import check_main
 
-            check_out_folder(Path(args.out))
-            checkpoint = load_checkpoint(args.ckpt)
-            export_hf(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
-            print(f"hf folder: {args.out} (AutoModelForCausalLM.from_pretrained reads it; model=hf model.path={args.out})")
-            return
-        record = export(args.ckpt, args.out, keep_heads=args.keep_heads)
+            sys.exit(check_main(args.check))
+        require(args.ckpt is not None, "CKPT", "give the checkpoint to export (or --check DIR)")
+        require(args.out is not None, "--out", "give the folder to create")
+        FORMATS[args.format](args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    print(f"release: {args.out} ({len(record['removed_keys'])} auxiliary keys removed, parent sha256 {record['parent_sha256'][:12]})")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Written into a temporary sibling folder and renamed, so a failure leaves nothing
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -40,19 +41,32 @@ def transformers_tokenizer(payload: dict, manifest: dict):
 def export_hf(checkpoint: dict, out: Path, model) -> None:
     """Write `out` (must not exist or be empty) from a model=hf checkpoint already loaded as `model`."""
     require(hasattr(model.trunk, "hf"), "--format", "hf exports the transformers trunk of a model=hf run; this checkpoint trains the harness's GPT")
+    with staged_folder(out) as tmp:
+        write_trunk_folder(checkpoint, model, tmp)
+
+
+def write_trunk_folder(checkpoint: dict, model, folder: Path) -> None:
+    """save_pretrained of the trunk (LoRA merged) and the run's tokenizer into `folder`."""
     tokenizer = transformers_tokenizer(checkpoint.get("mtp_tokenizer"), checkpoint["mtp_manifest"])
     hf = model.trunk.hf
     if "peft_model" in model.trunk.__dict__:
         from lab.model.lora import merged_copy
 
         hf = merged_copy(model.trunk)
+    with torch.no_grad():
+        hf.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+@contextlib.contextmanager
+def staged_folder(out: Path):
+    """A temporary sibling of `out` to fill; renamed to `out` when the block ends without error, removed otherwise."""
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     try:
-        with torch.no_grad():
-            hf.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, out)
+        yield tmp
+        os.replace(tmp, out)  # an empty `out` folder is replaced too
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

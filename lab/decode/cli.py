@@ -82,6 +82,8 @@ def run(args) -> None:
     tree = parse_tree(args.tree, args.speculative)
     text = read_prompt(args)
     loaded = load_for_generation(args.model)
+    if args.speculative and loaded.proposer_refusal:
+        raise ConfigError("--speculative", loaded.proposer_refusal)
     ids = loaded.tokenizer.encode(text)
     if not ids:
         raise ConfigError("prompt", "is empty; give at least one character")

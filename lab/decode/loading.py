@@ -19,7 +19,8 @@ class Loaded:
     model: object  # MTPModel in eval mode
     tokenizer: object  # lab.data.tokenizers.ByteTokenizer | BPETokenizer
     context: int | None  # training sequence length (longest prompt accepted); None if unknown
-    source: str  # "checkpoint" or "release"
+    source: str  # "checkpoint", "release", "medusa" or "deepseek"
+    proposer_refusal: str | None = None  # why the model may not draft (a DeepSeek-layout folder without its MTP layers)
 
 
 def tokenizer_from_payload(payload: dict | None, manifest: dict):
@@ -34,6 +35,20 @@ def tokenizer_from_payload(payload: dict | None, manifest: dict):
 
 def load_for_generation(path: str | os.PathLike) -> Loaded:
     path = Path(path)
+    from lab.checkpoint.export_medusa import is_medusa_folder
+
+    if is_medusa_folder(path):
+        from lab.checkpoint.export_medusa import load_medusa, medusa_tokenizer
+
+        return Loaded(load_medusa(path), medusa_tokenizer(path), None, "medusa")
+    from lab.checkpoint.import_deepseek import is_deepseek_folder
+
+    if is_deepseek_folder(path):
+        from lab.checkpoint.import_deepseek import load_deepseek_folder
+        from lab.data.hf_tokenizer import HFTokenizer
+
+        imported = load_deepseek_folder(path)
+        return Loaded(imported.model, HFTokenizer(str(path), "DIR"), None, "deepseek", imported.proposer_refusal)
     if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         from lab.checkpoint.export import load_release, load_release_tokenizer
 

@@ -131,7 +131,8 @@ class DeepSeekChain:
             self.draft_logits.append(logits)
             token, q = chooser.choose(logits)
             drafts.append(token), probs.append(q)
-            previous_final, previous_all = finals, rows
+            shared = self.model.shared_parts()
+            previous_final, previous_all = self.head.next_depth_input(finals, shared), self.head.next_depth_input(rows, shared)  # [final_len, d], [n, d]
         scores = [float(torch.log_softmax(lg.double(), -1)[t]) for lg, t in zip(self.draft_logits, drafts)]
         return drafts, probs, scores
 

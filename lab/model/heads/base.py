@@ -228,6 +228,9 @@ class MTPHead(nn.Module):
         """Start-up checks of this head's options (once, at build time)."""
         cfg.validate()
 
+    # Layouts outside the harness that hold this head's weights (`lab-export --format`, lab/checkpoint/export_*.py).
+    release_layouts: tuple[str, ...] = ()
+
     # How lab.decode drafts with this head: "independent" (horizons 2..K at the last row),
     # "chain" (DeepSeek modules), or None (no drafts).
     draft_proposer: str | None = None

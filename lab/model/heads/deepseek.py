@@ -25,6 +25,9 @@ from lab.model.trunk import AttentionContext, Block, RMSNorm
 
 HIDDEN_INPUTS = ("pre_norm", "post_norm")
 FUSION_ORDERS = ("he", "eh")
+# What depth d + 1 reads from depth d: its block output (the paper's h^d), or that output after the shared
+# final norm (transformers' and vLLM's MTP loops pass on shared_head.norm's output).
+CHAIN_STATES = ("block_output", "normed")
 
 
 @dataclass
@@ -37,6 +40,7 @@ class DeepSeekConfig(HeadConfig):
     share_depth_weights: bool = False  # one module reused at every depth
     hidden_input: str = "pre_norm"  # the trunk state a depth-1 module consumes: before or after the final norm
     fusion_order: str = "he"  # [hidden ; embedding] or [embedding ; hidden] before the 2d→d projection
+    chain_state: str = "block_output"  # what depth d + 1 reads from depth d (CHAIN_STATES)
 
 
 class DepthModule(nn.Module):
@@ -63,6 +67,7 @@ class DepthModule(nn.Module):
 
 class DeepSeekHead(MTPHead):
     draft_proposer = "chain"
+    release_layouts = ("deepseek",)  # model.layers.{N+d-1} after the main layers (lab/checkpoint/export_deepseek.py)
     config_class = DeepSeekConfig
     teacher_forced_metrics = True  # depth k is fed tokens[t+1 .. t+k-1]: its accuracies are not blind guesses
     sharding_units = (DepthModule,)  # a depth module is one unit, its block nested inside it
@@ -86,7 +91,8 @@ class DeepSeekHead(MTPHead):
         # Depth d consumes token t+d and predicts t+d+1: the chain is contiguous by construction.
         require(cfg.contiguous_offsets, "head.offsets",
                 f"deepseek's chain predicts consecutive tokens; allowed: null or {list(range(1, cfg.k + 1))}, got {cfg.offsets}")
-        for name, value, allowed in (("head.hidden_input", cfg.hidden_input, HIDDEN_INPUTS), ("head.fusion_order", cfg.fusion_order, FUSION_ORDERS)):
+        for name, value, allowed in (("head.hidden_input", cfg.hidden_input, HIDDEN_INPUTS), ("head.fusion_order", cfg.fusion_order, FUSION_ORDERS),
+                                     ("head.chain_state", cfg.chain_state, CHAIN_STATES)):
             if value not in allowed:
                 raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
 
@@ -124,6 +130,10 @@ class DeepSeekHead(MTPHead):
         """The target state that seeds depth 1 (as in training, before any detaching)."""
         return shared.final_norm(trunk_hidden) if self.cfg.hidden_input == "post_norm" else trunk_hidden  # [B, S, d]
 
+    def next_depth_input(self, state, shared):
+        """[..., d] depth d's output rows -> what depth d + 1 reads (head.chain_state)."""
+        return shared.final_norm(state) if self.cfg.chain_state == "normed" else state
+
     def chain_module(self, step: int) -> DepthModule:
         """Module of draft step `step` (1-based): depth `step` for step ≤ D, then reused as step mod D."""
         return self.module_at((step - 1) % self.depth + 1)
@@ -154,11 +164,12 @@ class DeepSeekHead(MTPHead):
         for d in range(1, self.horizons_to_run(n_horizons)):  # depth d serves horizon d + 1
             state_mask, loss_mask = chain_masks(batch["active"], batch["segment_ids"], d, batch.get("target_mask"))  # [B, S-d], [B, S-d-1]
             teacher = shared.embed(inputs[:, d:])  # [B, S-d, d]: inputs[t+d]
-            state = self.module_at(d)(state[:, : seq_len - d], teacher, self._depth_context(batch, state_mask, d))  # [B, S-d, d]
+            output = self.module_at(d)(state[:, : seq_len - d], teacher, self._depth_context(batch, state_mask, d))  # [B, S-d, d]
+            state = self.next_depth_input(output, shared)  # [B, S-d, d]
             horizons.append(
                 Horizon(
                     k=d + 1,
-                    hidden=state[:, : seq_len - d - 1],  # [B, S-d-1, d]: rows that could have a label
+                    hidden=output[:, : seq_len - d - 1],  # [B, S-d-1, d]: rows that could have a label
                     labels=tokens[:, d + 1 :],  # [B, S-d-1]: tokens[t+d+1]
                     mask=loss_mask,  # [B, S-d-1]
                     norm=shared.final_norm,

@@ -1,0 +1,126 @@
+"""`lab-export --check DIR`: the two gates of a DeepSeek-layout folder (M7.6 §0x07D), reported apart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from lab.checkpoint.deepseek_layout import check_main, inspect_layout
+from lab.checkpoint.export import main as lab_export
+from tests.cli import SUBPROCESS_TIMEOUT
+from tests.deepseek_fixtures import write_deepseek_release
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+# DeepseekV3's decoder layer at this size: 5 attention keys (q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj),
+# 2 layer norms, 7 MoE keys (gate weight + e_score_correction_bias, fused experts gate_up/down, 3 shared-expert projections)
+BLOCK_KEYS = 5 + 2 + 7
+OWN_KEYS = 6  # enorm, hnorm, eh_proj, shared_head.norm, shared_head.head, embed_tokens
+
+
+@pytest.fixture(scope="module")
+def complete(tmp_path_factory):
+    return write_deepseek_release(tmp_path_factory.mktemp("ds") / "release", depth=2)
+
+
+def run_check(folder, capsys) -> tuple[int, list[str]]:
+    code = check_main(str(folder))
+    return code, capsys.readouterr().out.strip().splitlines()
+
+
+def test_a_complete_release_passes_both_gates_and_says_its_fusion_order(complete, capsys):
+    assert len(list(complete.glob("model-*.safetensors"))) > 1 and (complete / "model.safetensors.index.json").is_file()
+    code, lines = run_check(complete, capsys)
+    assert code == 0
+    assert lines[0] == f"{complete}: deepseek_v3, 2 main layers, num_nextn_predict_layers=2 (MTP layer ids 2..3)"
+    assert lines[1].startswith("target-only completeness: PASS")
+    assert lines[2] == "MTP completeness: PASS"
+    assert lines[3] == "fusion order: eh — the deepseek_v3 loaders' convention (transformers 5.24, vLLM)"
+    assert lines[4:] == [f"MTP layer 2: {BLOCK_KEYS + OWN_KEYS}/{BLOCK_KEYS + OWN_KEYS} keys", f"MTP layer 3: {BLOCK_KEYS + OWN_KEYS}/{BLOCK_KEYS + OWN_KEYS} keys"]
+
+
+def test_one_missing_mtp_key_fails_only_the_mtp_gate_and_is_named(tmp_path, capsys):
+    folder = write_deepseek_release(tmp_path / "r", depth=1, drop=("model.layers.2.eh_proj.weight",))
+    code, lines = run_check(folder, capsys)
+    assert code == 1
+    assert lines[1].startswith("target-only completeness: PASS")
+    assert lines[2] == "MTP completeness: FAIL (MTP layer 2 lacks model.layers.2.eh_proj.weight)"
+    total = BLOCK_KEYS + OWN_KEYS
+    assert lines[4] == f"MTP layer 2: {total - 1}/{total} keys; missing model.layers.2.eh_proj.weight"
+
+
+def test_a_release_without_layer_n_loads_as_a_target_and_fails_as_a_proposer(tmp_path, capsys):
+    """The quantizer-dropped-layer-61 case: the main model is whole, the MTP layer is gone."""
+    folder = write_deepseek_release(tmp_path / "r", depth=1, drop_layers=(2,))
+    code, lines = run_check(folder, capsys)
+    assert code == 1
+    assert lines[1].startswith("target-only completeness: PASS (2 main layers load (transformers DeepseekV3ForCausalLM) and generate [")
+    assert lines[2] == "MTP completeness: FAIL (MTP layer 2 (model.layers.2.*) is missing entirely)"
+    assert lines[4].startswith(f"MTP layer 2: 0/{BLOCK_KEYS + OWN_KEYS} keys; missing model.layers.2.")
+
+
+def test_a_missing_main_key_fails_the_target_gate(tmp_path, capsys):
+    folder = write_deepseek_release(tmp_path / "r", depth=1, drop=("model.layers.0.mlp.up_proj.weight",))
+    code, lines = run_check(folder, capsys)
+    assert code == 1 and lines[1] == "target-only completeness: FAIL (the main model lacks model.layers.0.mlp.up_proj.weight)"
+    assert lines[2] == "MTP completeness: PASS"
+
+
+def test_quantized_looking_eh_proj_and_misshaped_keys_are_reported(tmp_path, capsys):
+    folder = write_deepseek_release(tmp_path / "r", depth=1, dtypes={"model.layers.2.eh_proj.weight": torch.float8_e4m3fn})
+    code, lines = run_check(folder, capsys)
+    assert "dtype anomaly: model.layers.2.eh_proj.weight is float8_e4m3fn while the main layers' weights are float32 " \
+           "(quantized-looking: needs its scales and a loader that knows them)" in lines
+    assert code == 0  # present with the right shape: reported, not a failed gate
+
+    folder = write_deepseek_release(tmp_path / "s", depth=1)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["metadata"] = {}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    report = inspect_layout(folder, load_target=False)
+    assert report.mtp_ok  # the index alone changes nothing
+
+    shard = index["weight_map"]["model.layers.2.eh_proj.weight"]
+    tensors = load_file(folder / shard)
+    tensors["model.layers.2.eh_proj.weight"] = tensors["model.layers.2.eh_proj.weight"][:, :32].contiguous()  # [d, d]: half the columns
+    save_file(tensors, folder / shard, metadata={"format": "pt"})
+    report = inspect_layout(folder, load_target=False)
+    assert not report.mtp_ok
+    assert report.first_mtp_problem == "MTP layer 2: model.layers.2.eh_proj.weight has shape (32, 32) where (32, 64) is needed"
+
+
+def test_layer_ids_reconcile_with_num_nextn_predict_layers(tmp_path, capsys):
+    """Keys of a layer N + D (one more than the config declares) fail MTP completeness; so does D = 0."""
+    folder = write_deepseek_release(tmp_path / "r", depth=2)
+    config = json.loads((folder / "config.json").read_text())
+    config["num_nextn_predict_layers"] = 1
+    (folder / "config.json").write_text(json.dumps(config))
+    report = inspect_layout(folder, load_target=False)
+    assert report.mtp_layer_ids == [2] and report.stray_layers == [3] and not report.mtp_ok
+    assert report.first_mtp_problem == "layer ids [3] hold keys beyond N + D − 1 = 2 (num_nextn_predict_layers=1)"
+    config["num_nextn_predict_layers"] = 0
+    (folder / "config.json").write_text(json.dumps(config))
+    assert inspect_layout(folder, load_target=False).first_mtp_problem.startswith("config.json declares no MTP layers")
+
+
+def test_cli_check_exit_codes_and_one_line_refusals(complete, tmp_path):
+    ok = subprocess.run(["lab-export", "--check", str(complete)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert ok.returncode == 0 and "MTP completeness: PASS" in ok.stdout, ok.stderr[-2000:]
+    broken = write_deepseek_release(tmp_path / "broken", depth=1, drop_layers=(2,))
+    failed = subprocess.run(["lab-export", "--check", str(broken)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert failed.returncode == 1 and "MTP completeness: FAIL (MTP layer 2 (model.layers.2.*) is missing entirely)" in failed.stdout
+    missing = subprocess.run(["lab-export", "--check", str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [f"error: DIR: no such folder: {tmp_path / 'nowhere'}"]
+
+
+def test_an_unknown_declared_fusion_order_is_refused(tmp_path, capsys):
+    folder = write_deepseek_release(tmp_path / "r", depth=1, config_extra={"mtp_fusion_order": "hidden_first"})
+    with pytest.raises(SystemExit) as stop:
+        lab_export(["--check", str(folder)])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: mtp_fusion_order: unknown 'hidden_first'; allowed: he ([hidden, embedding]), eh ([embedding, hidden])"]

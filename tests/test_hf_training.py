@@ -140,6 +140,42 @@ def test_frozen_and_lora_checkpoints_hold_what_trains_and_refuse_another_base(ll
         validate_checkpoint(tmp_path / "lora" / "checkpoints" / "last.ckpt", build_manifest(module, datamodule), module)
 
 
+def test_keep_heads_release_of_a_fixed_base_holds_heads_and_adapters_beside_a_pointer(llama_dir, cache_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    from lab.checkpoint.export import export, load_release
+
+    for mode in ("frozen", "lora"):
+        cfg = hf_cfg(llama_dir, cache_dir, "head=parallel", "head.k=3", f"head.trunk_grad={mode}", "optim.lr=1e-2")
+        _, module, datamodule = fit(cfg, tmp_path / mode, max_steps=2, every=2)
+        out = tmp_path / f"release-{mode}"
+        export(tmp_path / mode / "checkpoints" / "last.ckpt", out, keep_heads=True)
+        written = set(load_file(out / "model.safetensors"))
+        trained = {name for name, p in module.model.named_parameters() if p.requires_grad}
+        assert written == {key for key in module.model.state_dict() if key in trained or key.startswith("head.")}
+        assert not any(key.startswith("trunk.hf.") and "lora_" not in key for key in written)
+        assert json_of(out / "config.json")["base"]["path"] == str(llama_dir.resolve())
+        release, model = load_release(out), module.model.eval()
+        batch = next(iter(datamodule.val_dataloader()))
+        with torch.no_grad():
+            for got, expected in zip(release(batch), model(batch), strict=True):  # every horizon, bitwise
+                assert torch.equal(torch.nn.functional.linear(got.norm(got.hidden), got.weight),
+                                   torch.nn.functional.linear(expected.norm(expected.hidden), expected.weight))
+
+    other = write_llama(tmp_path / "other", seed=1)
+    config = json_of(out / "config.json")
+    config["model"]["path"] = str(other)
+    (out / "config.json").write_text(__import__("json").dumps(config))
+    with pytest.raises(Exception, match=r"model.path: the checkpoint was trained on another base model"):
+        load_release(out)
+
+
+def json_of(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text())
+
+
 @pytest.mark.slow
 def test_lab_generate_decodes_a_lora_checkpoint_and_refuses_another_base(llama_dir, cache_dir, tmp_path):
     import subprocess

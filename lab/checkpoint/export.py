@@ -10,7 +10,9 @@ on the same rows and attention mask), so it loads as an ordinary next-token GPT:
     DIR/tokenizer.json      the trained BPE (a byte tokenizer is fully named by config.json)
     DIR/release.json        removed auxiliary keys, renamed keys, the parent checkpoint's sha256
 
-`--keep-heads` keeps every horizon unchanged (drafting heads for speculative decoding).
+`--keep-heads` keeps every horizon unchanged (drafting heads for speculative decoding). From a frozen
+or LoRA run on `model.path` it writes only what trained (heads, adapters) and names the base in
+config.json (`base`: path, config and weight sha256); `load_release` reads the base from that path.
 The export compares the release's next-token logits with the full model's before it
 writes anything; `load_release(DIR)` builds the model back.
 """
@@ -31,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from lab.checkpoint import check_state_aliases, load_checkpoint, plain
 from lab.errors import ConfigError, require
 from lab.checkpoint.files import honour_umask
-from lab.checkpoint.base_model import check_same_base, with_base_weights
+from lab.checkpoint.base_model import base_state_keys, check_same_base, with_base_weights
 from lab.checkpoint.export_hf import check_out_folder
 from lab.model.mtp import MTPModel, build_model
 
@@ -125,8 +127,10 @@ def export(ckpt: str | os.PathLike, out: str | os.PathLike, keep_heads: bool = F
     else:
         model_cfg, head_cfg, key_map = next_token_plan(full)
     tensors = {key: state[source].detach().clone().contiguous() for key, source in key_map.items()}
+    base_keys = fixed_base_keys(full) if keep_heads else set()
+    tensors = {key: value for key, value in tensors.items() if key not in base_keys}  # heads (+ adapters) beside a pointer
     release = build_release_model(model_cfg, head_cfg)
-    release.load_state_dict(tensors, strict=True)
+    load_release_state(release, tensors, base_keys)
     check_release_logits(full, release.eval())
 
     tokenizer = checkpoint.get("mtp_tokenizer") or {}
@@ -143,6 +147,8 @@ def export(ckpt: str | os.PathLike, out: str | os.PathLike, keep_heads: bool = F
         "renamed_keys": {key: f"model.{source}" for key, source in key_map.items() if key != source},
     }
     config = {"format": RELEASE_FORMAT, "model": model_cfg, "head": head_cfg, "tokenizer": identity, "parent_manifest": checkpoint["mtp_manifest"]}
+    if base_keys:  # a frozen / LoRA run on model.path: the base is named, not copied
+        config["base"] = checkpoint["mtp_manifest"]["base"]
     write_release(out, tensors, config, record, tokenizer.get("json"))
     return record
 
@@ -165,12 +171,29 @@ def write_release(out: Path, tensors: dict, config: dict, record: dict, tokenize
         raise
 
 
+def fixed_base_keys(model: MTPModel) -> set[str]:
+    """MTPModel state keys of the base weights a frozen / LoRA run on model.path never changed (empty otherwise)."""
+    return {key.removeprefix("model.") for key in base_state_keys(model)}
+
+
+def load_release_state(model: MTPModel, tensors: dict, base_keys: set[str]) -> None:
+    """Load a release's tensors; the keys it lacks must be exactly the base weights `model` read from model.path."""
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if unexpected or set(missing) != base_keys:
+        what = sorted(unexpected) or sorted(set(missing) ^ base_keys)
+        raise ConfigError("release", f"model.safetensors does not fit its config.json ({what[0]} {'unexpected' if unexpected else 'missing or stray'})")
+
+
 def load_release(folder: str | os.PathLike) -> MTPModel:
-    """The released model (a next-token `ntp`/`linear` K = 1 model, or the full one with --keep-heads), in eval mode."""
+    """The released model (a next-token `ntp`/`linear` K = 1 model, or the full one with --keep-heads), in eval mode.
+    A release with a `base` entry holds heads (+ adapters) only: the base comes from its model.path, identity checked."""
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text())
     model = build_release_model(config["model"], config["head"])
-    model.load_state_dict(load_file(folder / "model.safetensors"), strict=True)
+    base = config.get("base")
+    if base is not None:
+        check_same_base(base, model)
+    load_release_state(model, load_file(folder / "model.safetensors"), fixed_base_keys(model) if base is not None else set())
     return model.eval()
 
 

@@ -1,4 +1,4 @@
-"""Draft trees (M7.4 §0x08B): topology, the typed proposal buffer, candidates, path statistics.
+"""Draft trees (M7.4 §0x08B): topology, the typed proposal buffer, candidates (path statistics: lab.decode.ledger).
 
 A tree is a set of root-to-leaf paths of candidate *ranks*: path (0, 2, 1) takes the best
 candidate at draft position 1, the third at position 2 and the second at position 3.
@@ -198,40 +198,3 @@ def build_buffer(shape: TreeShape, frontier: int, candidates, laws, scores, vers
     for depth, rank in zip(shape.depths[1:], shape.ranks[1:]):
         tokens.append(candidates[depth - 1][rank]), horizons.append(depth + 1), node_scores.append(scores[depth - 1][rank])
     return ProposalBuffer(version, shape, tokens, horizons, node_scores, laws[: shape.depth], head, vocab)
-
-
-# ---- path statistics (Generation.stats): per-position top-1 agreement and its Fréchet bounds ----
-
-
-def record_top1(stats: dict, start: int, top1: list[int]) -> None:
-    """Remember the round's rank-0 drafts; `start` = the output index of the frontier."""
-    stats.setdefault("_top1_rounds", []).append((start, top1))
-
-
-def settle_top1(stats: dict, out: list[int], max_drafts: int) -> None:
-    """Count, over rounds whose every draft slot lies inside the output, how often the rank-0 draft at
-    position j equals the token emitted there, and how often all of them do (`top1_*` counters)."""
-    match, checked, every = [0] * max_drafts, 0, 0
-    for start, top1 in stats.pop("_top1_rounds", []):
-        if len(top1) < max_drafts or start + max_drafts >= len(out):
-            continue
-        hits = [top1[j] == out[start + 1 + j] for j in range(max_drafts)]
-        match = [m + h for m, h in zip(match, hits)]
-        checked, every = checked + 1, every + all(hits)
-    stats.update(top1_match_by_position=match, top1_checked_rounds=checked, top1_all_match=every)
-
-
-def frechet(stats: dict) -> dict:
-    """Per-position top-1 agreement a_j, the all-positions rate, and the bounds of M7.4 §0x08B:
-    max(0, Σ a_j − K + 1) ≤ P(all) ≤ min a_j (they hold for any joint law, the empirical one too)."""
-    n = stats.get("top1_checked_rounds", 0)
-    if not n:
-        return {"per_position": [], "all": float("nan"), "lower": float("nan"), "upper": float("nan")}
-    a = [m / n for m in stats["top1_match_by_position"]]
-    return {"per_position": a, "all": stats["top1_all_match"] / n, "lower": max(0.0, sum(a) - len(a) + 1), "upper": min(a)}
-
-
-def path_acceptance(stats: dict) -> float:
-    """Fraction of rounds with the full draft depth whose whole accepted path reached that depth."""
-    full = [(p, a) for p, a in zip(stats["proposed_by_round"], stats["accepted_by_round"]) if p and p == max(stats["proposed_by_round"])]
-    return sum(a == p for p, a in full) / len(full) if full else float("nan")

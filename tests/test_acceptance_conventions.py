@@ -8,7 +8,7 @@ import torch
 
 from lab.decode import generate
 from lab.decode.evaluation import evaluate_decoding
-from lab.decode.ledger import acceptance_conventions, ledger, merge
+from lab.decode.ledger import acceptance_conventions, ledger, ledger_line, merge, path_bounds, record_round, settle_paths
 from tests.helpers import build_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -87,3 +87,73 @@ def test_decoding_metrics_name_each_convention():
     for key in ("decode/accept/p1", "decode/accept/p2", "decode/accept_cond/p1", "decode/accept_cond/p2", "decode/mean_accept_len", "decode/mean_accepted"):
         assert key in metrics, key
     assert metrics["decode/mean_accept_len"] == pytest.approx(1 + metrics["decode/mean_accepted"])
+
+
+# Path acceptance and the Fréchet bounds (M7.4 §0x08B), 3 draft slots. Output token i is 10 + i.
+OUT = list(range(10, 22))  # 12 tokens
+ROUNDS = [  # (output index of the frontier, rank-0 drafts, accepted path length)
+    (0, [11, 12, 99], 2),  # rank-0 right at slots 1, 2
+    (3, [14, 98, 16], 1),  # right at slots 1, 3 (a chain stops after slot 1)
+    (5, [16, 17, 18], 3),  # all right, full path
+    (4, [15, 0, 17], 3),  # right at 1, 3; a tree's rank-1 candidate carried the path to full depth
+    (9, [20, 77, 55], 1),  # slot 3 (index 12) lies past the output: not checked
+    (6, [17, 18], 2),  # a shortened round (2 drafts): not checked
+]
+
+
+def settled(rounds) -> dict:
+    stats = {}
+    for round_ in rounds:
+        record_round(stats, *round_)
+    settle_paths(stats, OUT, 3)
+    return stats
+
+
+def test_hand_built_rounds_give_path_acceptance_and_its_frechet_bounds():
+    got = settled(ROUNDS)
+    assert "_path_rounds" not in got
+    assert got["top1_checked_rounds"] == 4 and got["top1_match_by_position"] == [4, 2, 3]
+    assert got["top1_all_match"] == 1 and got["path_full_accepted"] == 2
+    assert got["top1_by_position"] == [1.0, 0.5, 0.75]
+    assert got["top1_all"] == 0.25 and got["path_accept"] == 0.5  # the tree round reached full depth with a rank-0 miss
+    assert got["frechet_lower"] == pytest.approx(0.25)  # max(0, 1 + 0.5 + 0.75 - 3 + 1)
+    assert got["frechet_upper"] == 0.5  # min a_j
+    assert got["frechet_lower"] <= got["top1_all"] <= got["frechet_upper"]
+
+
+def test_frechet_bounds_of_the_seed_example():
+    stats = {"top1_checked_rounds": 10, "top1_match_by_position": [9, 8, 7], "top1_all_match": 5, "path_full_accepted": 5}
+    got = path_bounds(stats)
+    assert got["top1_by_position"] == [0.9, 0.8, 0.7] and got["top1_all"] == 0.5 == got["path_accept"]
+    assert got["frechet_lower"] == pytest.approx(0.4) and got["frechet_upper"] == pytest.approx(0.7)  # "anywhere from 0.4 to 0.7"
+    assert all(v != v for k, v in path_bounds({}).items() if k != "top1_by_position")  # no checked round: NaN, not 0
+
+
+def test_merge_and_ledger_recount_path_acceptance_from_every_request():
+    first, second = settled(ROUNDS[:1]), settled(ROUNDS[1:])  # rates 0/1 and 2/3: their mean (1/3) is not the answer
+    for stats, (proposed, accepted) in ((first, ([3], [2])), (second, ([3] * 5, [1, 3, 3, 1, 2]))):
+        stats.update(stats_of(proposed, accepted), tree_nodes=0)
+    merged = merge([first, second])
+    for source in (merged, ledger(merged)):
+        assert source["path_accept"] == 0.5 and source["top1_by_position"] == [1.0, 0.5, 0.75]
+        assert source["frechet_lower"] == pytest.approx(0.25) and source["frechet_upper"] == 0.5 and source["top1_all"] == 0.25
+    assert "path accept: 0.50" in ledger_line(merged) and "all: 0.25 in [0.25, 0.50] (Fréchet)" in ledger_line(merged)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_chain_accepts_its_full_path_exactly_when_every_rank0_draft_is_right(temperature):
+    """A rejected draft is never the emitted token (greedy: the argmax differs; sampling: the residual has no mass
+    there), so for a chain path acceptance equals the all-right rate, inside its bounds; decode/* carries both."""
+    model = build_model("parallel", 4, layers=3).double().eval()
+    checked = 0
+    for seed in range(3):
+        prompt = torch.randint(0, 13, (5,), generator=torch.Generator().manual_seed(seed))
+        spec = generate(model, prompt, 30, temperature=temperature, speculative=True, generator=torch.Generator().manual_seed(seed)).stats
+        checked += spec["top1_checked_rounds"]
+        assert spec["path_full_accepted"] == spec["top1_all_match"]
+        if spec["top1_checked_rounds"]:
+            assert spec["frechet_lower"] <= spec["top1_all"] <= spec["frechet_upper"]
+    assert checked > 0
+    metrics = evaluate_decoding(model, [[1, 2, 3, 4], [5, 6, 7, 8]], 12)["metrics"]
+    for key in ("decode/path_accept", "decode/top1_all", "decode/frechet_lower", "decode/frechet_upper", "decode/top1/p1", "decode/top1/p3"):
+        assert key in metrics, key

@@ -96,7 +96,8 @@ def test_speculative_batch_equals_single_requests_greedy_and_sampled(name, k, ex
     single = [generate(model, p, 12, temperature=1.0, speculative=True, generator=torch.Generator().manual_seed(s)) for p, s in zip(prompts, seeds)]
     assert [g.tokens for g in sampled] == [g.tokens for g in single]
     for batched_row, alone in zip(sampled, single):
-        for key in ("accepted_by_round", "proposed_by_round", "target_forwards", "accept_by_position", "mean_accept_len"):
+        for key in ("accepted_by_round", "proposed_by_round", "target_forwards", "accept_by_position", "mean_accept_len",
+                    "top1_match_by_position", "top1_checked_rounds", "path_accept", "frechet_lower", "frechet_upper"):
             assert batched_row.stats[key] == pytest.approx(alone.stats[key], nan_ok=True), key
     assert sum(sum(g.stats["accepted_by_round"]) for g in sampled) > 0  # drafts were accepted: the kept slots matter
     plain = generate(model, prompts, 8, temperature=1.0, generator=[torch.Generator().manual_seed(s) for s in seeds])

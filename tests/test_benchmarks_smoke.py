@@ -27,6 +27,7 @@ EXPECTED = {
     "diagnostics_overhead": ["amortised overhead (direct)", "c = with/without - 1", "goal <= 3%"],
     "decode_speed": ["cached / uncached speed (paired)", "same tokens: True", "batched requests: plain vs speculative throughput by batch size",
                      "spec/plain throughput (paired)"],
+    "decode_round_ops": ["aten ops per round", "speculative round", "goal: greedy proposal + acceptance <= 5 ops per round"],
     "gpu_throughput": ["tokens/s", "MFU", "paired vs ntp", "goal: parallel K=4 FLOP throughput >= 0.9 x ntp (eager)"],
 }
 # Goal lines (a text each contains) whose verdict does not depend on timing: they must say PASS.
@@ -34,6 +35,7 @@ STRUCTURAL = {
     "logit_memory": ["(peak-base)/logit_bytes within 15% [joint]", "(peak-base)/logit_bytes within 15% [sequential]"],
     "logit_memory_pretrained": ["(peak-base)/logit_bytes within 15% [joint]", "(peak-base)/logit_bytes within 15% [sequential]"],
     "data_scale": ["goal <= 4 bytes/token on disk", "goal peak memory (PSS) growth < 1 GiB at every size"],
+    "decode_round_ops": ["goal: greedy proposal + acceptance <= 5 ops per round"],
 }
 # Extra arguments of a --quick run: gpu_throughput's compiled variants take minutes to compile on CPU
 # (model.compile itself is tested in tests/test_compile.py); a peak so that MFU is printed on CPU.

@@ -50,6 +50,7 @@ def final_metrics(head: str) -> dict:
         for j in range(1, k):
             final[f"decode/accept/p{j}"] = 0.8 ** j
             final[f"decode/accept_cond/p{j}"] = 0.8
+        final.update({"decode/path_accept": 0.55, "decode/top1_all": 0.5, "decode/frechet_lower": 0.4, "decode/frechet_upper": 0.7})
     return final
 
 
@@ -138,8 +139,11 @@ def test_decoding_table_leads_with_t1_and_flags_degenerate_runs(drawn):
     assert by_variant["head=parallel"]["degenerate T=1"] == "0.25 DEGENERATE" and by_variant["head=linear"]["degenerate T=1"] == "0.00"
     assert by_variant["head=deepseek"]["tokens/forward T=1"] == "— (all degenerate)"
     assert by_variant["head=ntp"]["mean accept len (with bonus, τ)"] == "2.20"
+    assert by_variant["head=linear"]["path accept T=1"] == "0.55" and by_variant["head=linear"]["top-1 all in [Fréchet] T=1"] == "0.50 in [0.40, 0.70]"
+    assert by_variant["head=ntp"]["top-1 all in [Fréchet] T=1"] == "—"
     md = (sweep / "report.md").read_text()
     assert "*unconditional* (`decode/accept/p{j}`" in md and "*conditional*" in md and "τ" in md
+    assert "max(0, Σa_j − J + 1) ≤ P(all) ≤ min a_j" in md and "`decode/path_accept`" in md
     assert "| head=deepseek | deepseek | 4 | — (all degenerate) |" in md
 
 

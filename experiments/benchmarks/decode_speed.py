@@ -179,8 +179,6 @@ def run_agreement(run_dir: Path, model, prompts: list[list[int]], new_tokens: in
     run logged none, the rank-0 drafts' agreement with greedy chain decoding of the prompts."""
     import csv
 
-    from lab.decode.tree import frechet
-
     last: dict[str, float] = {}
     with open(run_dir / "metrics.csv") as handle:
         for row in csv.DictReader(handle):
@@ -188,7 +186,7 @@ def run_agreement(run_dir: Path, model, prompts: list[list[int]], new_tokens: in
     if all(f"val/agree/h{h}" in last for h in range(2, model.k + 1)):
         return [last[f"val/agree/h{h}"] for h in range(2, model.k + 1)], "val/agree"
     runs = [generate(model, torch.tensor(p), new_tokens, speculative=True, eos=eos).stats for p in prompts]
-    return frechet(merge(runs))["per_position"], "greedy chain"
+    return merge(runs)["top1_by_position"], "greedy chain"
 
 
 def tree_modes(run_dir: Path, model, trees: list[str], prompts, new_tokens: int, eos: int | None) -> dict:
@@ -207,8 +205,6 @@ def tree_modes(run_dir: Path, model, trees: list[str], prompts, new_tokens: int,
 
 def tree_vs_chain(run_dir: Path, prompts: list[list[int]], new_tokens: int, trees: list[str], temperature: float, eos: int | None) -> list[list]:
     """Rows: the chain, then each tree, over the prompts whose continuation (in that mode) is not degenerate."""
-    from lab.decode.tree import frechet, path_acceptance
-
     model = load_for_generation(run_dir).model
     modes = tree_modes(run_dir, model, trees, prompts, new_tokens, eos)
     stats: dict[str, list[dict]] = {name: [] for name in modes}
@@ -225,12 +221,12 @@ def tree_vs_chain(run_dir: Path, prompts: list[list[int]], new_tokens: int, tree
             rows.append([run_dir.name, name, 0, *[""] * 8])
             continue
         merged = merge(runs)
-        led, bounds = ledger(merged), frechet(merged)
+        led = ledger(merged)
         rate = statistics.median(decode_rate(s) for s in runs)
         chain = chain or (led["tokens_per_forward"], rate)
         rows.append([run_dir.name, name, len(runs), led["tokens_per_forward"], led["tokens_per_forward"] / chain[0],
-                     merged["tree_nodes"] / max(merged["rounds"], 1), path_acceptance(merged),
-                     f"{bounds['all']:.2f} in [{bounds['lower']:.2f},{bounds['upper']:.2f}]",
+                     merged["tree_nodes"] / max(merged["rounds"], 1), led["path_accept"],
+                     f"{led['top1_all']:.2f} in [{led['frechet_lower']:.2f},{led['frechet_upper']:.2f}]",
                      merged["accepted_beyond_top1"] / max(merged["rounds"], 1), rate / chain[1], split_ms(runs)])
     return rows
 

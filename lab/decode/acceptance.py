@@ -127,6 +127,6 @@ def select(drafts: list[int], draft_probs: list[torch.Tensor | None], target_log
     """
     m = len(drafts)
     laws = [None if q is None else q[None] for q in draft_probs]  # [1, V] each: one candidate per position
-    buffer = ProposalBuffer(0, TreeShape.chain(m), [-1, *drafts], list(range(m + 1)), [0.0] * (m + 1), laws, "chain", "")
+    buffer = ProposalBuffer(0, TreeShape.chain(m), [-1, *drafts], list(range(m + 1)), laws, None, "chain", "")
     path, following = accept_tree(buffer, target_logits, chooser)
     return len(path), following

@@ -21,7 +21,7 @@ import torch
 
 from lab.decode.acceptance import select
 from lab.decode.batched import BatchedCaches, batched_rows, left_padded
-from lab.decode.ledger import acceptance_conventions
+from lab.decode.ledger import acceptance_conventions, record_round, settle_paths
 from lab.decode.sampling import TokenChooser
 from lab.errors import ConfigError
 
@@ -92,6 +92,7 @@ def speculative_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choos
     results = []
     for out, counter in zip(outputs, counters):
         s = counter.stats
+        settle_paths(s, out, max_drafts)
         s.update(
             emitted=len(out), prefill_time_s=prefill_s, draft_time_s=0.0, verify_time_s=verify_s, total_time_s=elapsed,
             tokens_per_s=len(out) / elapsed if elapsed > 0 else float("nan"), tokens_per_forward=len(out) / s["target_forwards"],
@@ -125,6 +126,8 @@ def one_round(model, caches, outputs, drafting, choosers, counters, max_drafts, 
         new = [*drafts[b][: accepted[b]], following][:remaining]  # an accepted last-slot draft gets no bonus
         if eos in new:
             new = new[: new.index(eos) + 1]  # an accepted EOS ends the output (no bonus)
+        if counts[b]:
+            record_round(counters[b].stats, len(out) - 1, drafts[b], accepted[b])
         out += new
         counters[b].round(counts[b], accepted[b], len(new), len(new) == remaining or new[-1] == eos)
     kept = torch.tensor(accepted, device=device)  # [B] drafts kept after each row's frontier

@@ -94,8 +94,10 @@ class StackCache:
         self.commit(len(rows))
 
     def row_bytes(self) -> int:
-        """Bytes one row occupies across all layers (K and V)."""
-        return sum(2 * k.shape[0] * k.shape[1] * k.shape[3] * k.element_size() for k in self.keys)
+        """Bytes one row occupies across all layers (K and V); fixed once every layer has run (asked every round)."""
+        if getattr(self, "_row_bytes", (None,))[0] != len(self.keys):
+            self._row_bytes = (len(self.keys), sum(2 * k.shape[0] * k.shape[1] * k.shape[3] * k.element_size() for k in self.keys))
+        return self._row_bytes[1]
 
     def committed_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer (K, V) of the committed rows only: [B, H, committed, hd] each."""
@@ -114,7 +116,7 @@ class CacheSet:
         self.caches: dict = {}
         self.peak_bytes = {"target": 0, "draft": 0, "branch_peak": 0}
         self._cos = self._sin = None  # [1, 1, P, hd/2] rotary table for positions 0..P-1, grown on demand
-        self._masks: dict = {}  # (start, n) -> [1, 1, n, start+n] causal mask, shared by the stacks of a pass
+        self._masks: dict = {}  # n -> [1, 1, n, W] right-aligned causal table; tree shape -> its table
 
     def cache(self, key) -> StackCache:
         if key not in self.caches:
@@ -129,23 +131,31 @@ class CacheSet:
         return self._cos[:, :, start : start + n_rows], self._sin[:, :, start : start + n_rows]  # [1, 1, n, hd/2] each
 
     def _mask(self, start: int, n_rows: int, device):
-        """Row i (position start+i) sees every cached key and the new keys up to itself; None for one row."""
+        """Row i (position start+i) sees every cached key and the new keys up to itself; None for one row.
+
+        A view of one right-aligned table per row count (row i sees keys ≤ width − n + i), so a
+        round builds no mask: the last start+n columns are exactly this pass's mask.
+        """
         if n_rows == 1:
             return None
-        if (start, n_rows) not in self._masks:
-            if len(self._masks) > 64:
-                self._masks.clear()
-            self._masks[start, n_rows] = torch.ones(n_rows, start + n_rows, dtype=torch.bool, device=device).tril(start)[None, None]  # [1, 1, n, start+n]
-        return self._masks[start, n_rows]
+        table = self._masks.get(n_rows)
+        if table is None or table.shape[-1] < start + n_rows:
+            width = max(256, 2 * (start + n_rows))
+            table = torch.ones(n_rows, width, dtype=torch.bool, device=device).tril(width - n_rows)[None, None]  # [1, 1, n, width]
+            self._masks[n_rows] = table
+        return table[..., table.shape[-1] - start - n_rows :]  # [1, 1, n, start+n]
 
     def _tree_mask(self, start: int, shape, device):
-        """[1, 1, n, start+n]: node i sees every cached key, its ancestors and itself (never a sibling branch)."""
-        if (start, shape) not in self._masks:
-            if len(self._masks) > 64:
-                self._masks.clear()
-            cached = torch.ones(shape.size, start, dtype=torch.bool, device=device)  # [n, start]
-            self._masks[start, shape] = torch.cat([cached, shape.ancestor_mask(device)], dim=1)[None, None]  # [1, 1, n, start+n]
-        return self._masks[start, shape]
+        """[1, 1, n, start+n]: node i sees every cached key, its ancestors and itself (never a sibling branch).
+
+        Like `_mask`, a view of one right-aligned table per tree: [all cached keys | ancestor mask].
+        """
+        table = self._masks.get(shape)
+        if table is None or table.shape[-1] < start + shape.size:
+            width = max(256, 2 * (start + shape.size))
+            cached = torch.ones(shape.size, width - shape.size, dtype=torch.bool, device=device)  # [n, W-n]
+            table = self._masks[shape] = torch.cat([cached, shape.ancestor_mask(device)], dim=1)[None, None]  # [1, 1, n, W]
+        return table[..., table.shape[-1] - start - shape.size :]  # [1, 1, n, start+n]
 
     def tree_context(self, key, shape, device) -> AttentionContext:
         """Context for the nodes of draft tree `shape` (node 0 = the frontier) appended to stack `key`.

@@ -14,7 +14,6 @@ import torch
 from lab.decode.generate import generate
 from lab.decode.ledger import ledger_line
 from lab.decode.loading import load_for_generation
-from lab.decode.tree import frechet, path_acceptance
 from lab.errors import ConfigError
 
 
@@ -51,14 +50,6 @@ def parse_tree(text: str | None, speculative: bool) -> list[int] | None:
         return [int(w) for w in text.split(",")]
     except ValueError:
         raise ConfigError("--tree", f"must be comma-separated widths per draft position (e.g. 4,3,2), got {text!r}") from None
-
-
-def path_line(stats: dict) -> str:
-    """Path acceptance and the per-position top-1 agreement with its Fréchet bounds (M7.4 §0x08B)."""
-    bounds = frechet(stats)
-    agree = ",".join(f"{a:.2f}" for a in bounds["per_position"])
-    return (f"path accept: {path_acceptance(stats):.2f}  top-1 agreement by position: [{agree}]  all: {bounds['all']:.2f} "
-            f"in [{bounds['lower']:.2f}, {bounds['upper']:.2f}] (Fréchet)  tree nodes/round: {stats['tree_nodes'] / max(stats['rounds'], 1):.1f}")
 
 
 def check_context(prompt_tokens: int, new_tokens: int, context: int | None, refuse: bool) -> None:
@@ -100,7 +91,7 @@ def run(args) -> None:
     s = out.stats
     summary = f"tokens: {s['emitted']}  tokens/s: {s['tokens_per_s']:.1f}  target forwards: {s['target_forwards']}"
     if args.speculative:
-        summary += "  " + ledger_line(s) + "  " + path_line(s)
+        summary += "  " + ledger_line(s)
     print(summary, file=sys.stderr)
 
 

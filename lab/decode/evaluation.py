@@ -92,7 +92,8 @@ def decode_prompts(model, prompts: list[list[int]], new_tokens: int, temperature
 
 
 def headline_metrics(summary: dict, speculative: bool) -> dict:
-    """`decode/*` of one ledger: tokens per forward, speedups, acceptance in both conventions and both mean lengths."""
+    """`decode/*` of one ledger: tokens per forward, speedups, acceptance in both conventions and both mean lengths,
+    path acceptance next to the Fréchet bounds of the per-position top-1 agreement (lab.decode.ledger)."""
     metrics = {"decode/tokens_per_forward": summary["tokens_per_forward"] if speculative else 1.0,
                "decode/mean_accept_len": summary["mean_accept_len"], "decode/mean_accepted": summary["mean_accepted"]}
     if speculative:
@@ -100,4 +101,8 @@ def headline_metrics(summary: dict, speculative: bool) -> dict:
         metrics["decode/predicted_speedup"] = summary["predicted_speedup"]
         for j, (rate, conditional) in enumerate(zip(summary["accept_by_position"], summary["accept_cond_by_position"]), start=1):
             metrics[f"decode/accept/p{j}"], metrics[f"decode/accept_cond/p{j}"] = rate, conditional
+        for j, agreement in enumerate(summary["top1_by_position"], start=1):
+            metrics[f"decode/top1/p{j}"] = agreement
+        for name in ("path_accept", "top1_all", "frechet_lower", "frechet_upper"):
+            metrics[f"decode/{name}"] = summary[name]
     return metrics

@@ -24,12 +24,12 @@ import torch
 
 from lab.decode.acceptance import accept_tree
 from lab.decode.batch import generate_batch, is_batch
-from lab.decode.ledger import acceptance_conventions
+from lab.decode.ledger import acceptance_conventions, record_round, settle_paths
 from lab.decode.proposers import build_proposer
 from lab.decode.request import Generation, check_request
 from lab.decode.sampling import TokenChooser
 from lab.decode.target import CachedModel
-from lab.decode.tree import record_top1, settle_top1, tree_shape
+from lab.decode.tree import tree_shape
 from lab.errors import ConfigError, require
 
 
@@ -130,7 +130,7 @@ class Decoder:
                 frontier = self.round(tokens, frontier, out, max_new_tokens - len(out))
             self.settle_split(time.perf_counter() - rounds_begin)
         if self.proposer is not None:
-            settle_top1(self.stats, out, self.proposer.max_drafts)
+            settle_paths(self.stats, out, self.proposer.max_drafts)
         elapsed = time.perf_counter() - begin
         self.stats.update(
             emitted=len(out),
@@ -168,7 +168,7 @@ class Decoder:
         accepted_tokens = buffer.path_tokens(path)
         self.stats["accepted_beyond_top1"] += any(buffer.shape.ranks[node] for node in path)
         tokens += [frontier, *accepted_tokens]
-        record_top1(self.stats, len(out) - 1, buffer.path_tokens(_rank0_path(buffer.shape)))
+        record_round(self.stats, len(out) - 1, buffer.path_tokens(_rank0_path(buffer.shape)), len(path))
         return self.emit(out, accepted_tokens, following, remaining, m, buffer.shape.size - 1)
 
     def plain_step(self, tokens: list[int], frontier: int, out: list[int], remaining: int) -> int:

@@ -22,6 +22,19 @@ in a round when m ≥ j.
 
 Both means count the token each verification yields even where EOS or the output budget
 cut the round's output short (that is `mean_R`'s business, which leaves such rounds out).
+
+Path acceptance and its Fréchet bounds (M7.4 §0x08B). Over the *checked* rounds (every one
+of the K−1 draft slots offered and inside the output), a_j is how often the rank-0 draft of
+position j equals the token emitted there, whatever happened at the other positions: the
+per-horizon correctness events. Without a model of their dependence,
+
+    max(0, Σ_j a_j − (K−1) + 1)  ≤  P(all K−1 rank-0 drafts right)  ≤  min_j a_j
+
+and the measured `top1_all` must lie inside. `path_accept` is how often the accepted path
+reached the full depth in those rounds. A chain accepts exactly the right rank-0 drafts (a
+rejected draft is never the emitted token, greedy or sampled), so for a chain
+path_accept = top1_all; a tree's path may take candidates of rank ≥ 1 and can exceed the
+upper bound: that surplus is the tree's gain.
 """
 
 from __future__ import annotations
@@ -54,6 +67,35 @@ def acceptance_conventions(proposed_by_round: list[int], accepted_by_round: list
     }
 
 
+def record_round(stats: dict, start: int, top1: list[int], accepted: int) -> None:
+    """Remember a drafting round: output index of its frontier, its rank-0 drafts, the accepted path's length."""
+    stats.setdefault("_path_rounds", []).append((start, top1, accepted))
+
+
+def settle_paths(stats: dict, out: list[int], max_drafts: int) -> None:
+    """Count the checked rounds (`top1_*` and `path_*` counters, summable across requests) and add their rates."""
+    match, checked, every, full = [0] * max_drafts, 0, 0, 0
+    for start, top1, accepted in stats.pop("_path_rounds", []):
+        if len(top1) < max_drafts or start + max_drafts >= len(out):
+            continue  # a shortened round, or a draft slot past the output's end (budget or EOS)
+        hits = [top1[j] == out[start + 1 + j] for j in range(max_drafts)]  # slot j + 1 after the frontier
+        match = [m + h for m, h in zip(match, hits)]
+        checked, every, full = checked + 1, every + all(hits), full + (accepted == max_drafts)
+    stats.update(top1_match_by_position=match, top1_checked_rounds=checked, top1_all_match=every, path_full_accepted=full)
+    stats.update(path_bounds(stats))
+
+
+def path_bounds(stats: dict) -> dict:
+    """From the counters: `path_accept`, `top1_by_position` (a_j), `top1_all` and the Fréchet bounds on it."""
+    n = stats.get("top1_checked_rounds", 0)
+    if not n:
+        nan = float("nan")
+        return {"path_accept": nan, "top1_by_position": [], "top1_all": nan, "frechet_lower": nan, "frechet_upper": nan}
+    a = [m / n for m in stats["top1_match_by_position"]]
+    return {"path_accept": stats["path_full_accepted"] / n, "top1_by_position": a, "top1_all": stats["top1_all_match"] / n,
+            "frechet_lower": max(0.0, sum(a) - len(a) + 1), "frechet_upper": min(a)}
+
+
 def ledger(stats: dict, plain: dict | None = None) -> dict:
     """Aggregates of one run's stats (or of `merge`d stats); with `plain` stats, the speedups."""
     nonterminal = [i for i, stopped in enumerate(stats["stopped_by_round"]) if not stopped]
@@ -69,6 +111,7 @@ def ledger(stats: dict, plain: dict | None = None) -> dict:
         "verify_s_per_round": stats["verify_time_s"] / rounds,
         "fallbacks": stats["fallbacks"],
         "kv_bytes": stats["kv_bytes"],
+        **path_bounds(stats),
     }
     if plain is not None:
         c_main = plain["verify_time_s"] / max(plain["rounds"], 1)
@@ -78,7 +121,8 @@ def ledger(stats: dict, plain: dict | None = None) -> dict:
 
 
 # Per-request ratios: not summed; `merge` recomputes the acceptance conventions from the rounds.
-RATES = ("tokens_per_s", "tokens_per_forward", "accept_by_position", "accept_cond_by_position", "mean_accepted", "mean_accept_len")
+RATES = ("tokens_per_s", "tokens_per_forward", "accept_by_position", "accept_cond_by_position", "mean_accepted", "mean_accept_len",
+         "path_accept", "top1_by_position", "top1_all", "frechet_lower", "frechet_upper")
 
 
 def merge(runs: list[dict]) -> dict:
@@ -96,6 +140,8 @@ def merge(runs: list[dict]) -> dict:
                 merged[key] = {k: max(merged[key][k], v) for k, v in value.items()}  # peaks
     if "proposed_by_round" in merged:
         merged.update(acceptance_conventions(merged["proposed_by_round"], merged["accepted_by_round"], len(merged["proposed_by_position"])))
+    if "top1_checked_rounds" in merged:
+        merged.update(path_bounds(merged))
     return merged
 
 
@@ -104,10 +150,13 @@ def ledger_line(stats: dict) -> str:
     accept = ",".join(f"{a:.2f}" for a in led["accept_by_position"])
     conditional = ",".join(f"{a:.2f}" for a in led["accept_cond_by_position"])
     kv = led["kv_bytes"]
+    agree = ",".join(f"{a:.2f}" for a in led["top1_by_position"])
     return (
         f"rounds: {led['rounds']}  tokens/forward: {led['tokens_per_forward']:.2f}  accept by position P(prefix>=j): [{accept}]  "
         f"P(j | 1..j-1): [{conditional}]  mean accept len (with bonus): {led['mean_accept_len']:.3f}  "
         f"mean R: {led['mean_R']:.3f} (1+accepted: {led['one_plus_mean_accepted']:.3f})  "
         f"draft s/round: {led['draft_s_per_round'] * 1e3:.2f} ms  verify s/round: {led['verify_s_per_round'] * 1e3:.2f} ms  "
-        f"fallbacks: {led['fallbacks']}  kv bytes target/draft/branch: {kv['target']}/{kv['draft']}/{kv['branch_peak']}"
+        f"fallbacks: {led['fallbacks']}  kv bytes target/draft/branch: {kv['target']}/{kv['draft']}/{kv['branch_peak']}  "
+        f"path accept: {led['path_accept']:.2f}  top-1 agreement by position: [{agree}]  all: {led['top1_all']:.2f} "
+        f"in [{led['frechet_lower']:.2f}, {led['frechet_upper']:.2f}] (Fréchet)  tree nodes/round: {stats['tree_nodes'] / max(stats['rounds'], 1):.1f}"
     )

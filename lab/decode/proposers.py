@@ -46,7 +46,7 @@ class IndependentHeads:
             shared = self.model.shared_parts()
             self.projections = torch.stack([self.head.projection(k, shared).detach() for k in range(2, self.model.k + 1)])
         self.next_logits: torch.Tensor | None = None  # [K-1, V] horizons 2..K at the last committed row
-        self.identity = head_identity(self.model)
+        self.identity, self.vocab = head_identity(self.model), vocab_identity(self.model)
         self.draft_blocks_s = 0.0
 
     def draft_logits(self, rows: torch.Tensor) -> torch.Tensor:
@@ -77,8 +77,8 @@ class IndependentHeads:
     def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
         """Head i + 2 proposes the slot i + 1 places after the frontier; a tree takes several ranked candidates per slot."""
         shape = TreeShape.chain(m) if self.tree is None else self.tree.limited(m)
-        candidates, laws, scores = ranked_candidates(self.next_logits, shape.widths, chooser)
-        return build_buffer(shape, frontier, candidates, laws, scores, self.state.length, self.identity, vocab_identity(self.model))
+        candidates, laws = ranked_candidates(self.next_logits, shape.widths, chooser)
+        return build_buffer(shape, frontier, candidates, laws, self.next_logits, self.state.length, self.identity, self.vocab)
 
 
 class DeepSeekChain:
@@ -100,13 +100,13 @@ class DeepSeekChain:
         return module(previous[None], self.model.trunk.embed(ids), ctx)[0]  # [n, d]
 
     def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
-        drafts, probs, scores = self.draft_chain(tokens, frontier, m, chooser)
+        drafts, probs = self.draft_chain(tokens, frontier, m, chooser)
         laws = [None if q is None else q[None] for q in probs]  # [1, V]: one candidate per position
-        return build_buffer(TreeShape.chain(m), frontier, [[t] for t in drafts], laws, [[s] for s in scores], self.state.length,
+        return build_buffer(TreeShape.chain(m), frontier, [[t] for t in drafts], laws, torch.stack(self.draft_logits), self.state.length,
                             head_identity(self.model), vocab_identity(self.model))
 
     def draft_chain(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser):
-        """(drafts, the [V] law each was drawn from (None when greedy), their draft log-probabilities)."""
+        """(drafts, the [V] law each was drawn from (None when greedy)); the steps' logits stay in `draft_logits`."""
         self.seed_rows = [torch.cat(self.seed_rows)] if len(self.seed_rows) > 1 else self.seed_rows
         n = len(tokens)  # committed target rows 0..n-1; the frontier is token n
         known = tokens + [frontier]  # token ids 0..n, all emitted output
@@ -133,8 +133,7 @@ class DeepSeekChain:
             drafts.append(token), probs.append(q)
             shared = self.model.shared_parts()
             previous_final, previous_all = self.head.next_depth_input(finals, shared), self.head.next_depth_input(rows, shared)  # [final_len, d], [n, d]
-        scores = [float(torch.log_softmax(lg.double(), -1)[t]) for lg, t in zip(self.draft_logits, drafts)]
-        return drafts, probs, scores
+        return drafts, probs
 
 
 def head_identity(model) -> str:

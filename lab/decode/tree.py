@@ -1,4 +1,4 @@
-"""Draft trees (M7.4 §0x08B): topology, the typed proposal buffer, candidates, path statistics.
+"""Draft trees (M7.4 §0x08B): topology, the typed proposal buffer, candidates (path statistics: lab.decode.ledger).
 
 A tree is a set of root-to-leaf paths of candidate *ranks*: path (0, 2, 1) takes the best
 candidate at draft position 1, the third at position 2 and the second at position 3.
@@ -16,6 +16,7 @@ A chain of m drafts is the tree of widths [1] * m.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ class TreeShape:
 
     @staticmethod
     def chain(m: int) -> "TreeShape":
-        return TreeShape.from_paths([(0,) * m]) if m else TreeShape((-1,), (0,), (0,))
+        return _chain(m)
 
     @staticmethod
     def from_widths(widths) -> "TreeShape":
@@ -101,6 +102,12 @@ class TreeShape:
         return self if len(keep) == self.size else TreeShape.from_paths(keep)
 
 
+@functools.lru_cache(maxsize=None)
+def _chain(m: int) -> TreeShape:
+    """One object per length: a round reuses its topology and everything cached on it (children, masks)."""
+    return TreeShape.from_paths([(0,) * m]) if m else TreeShape((-1,), (0,), (0,))
+
+
 def tree_for_budget(agreement: list[float], nodes: int) -> TreeShape:
     """The draft tree of at most `nodes` candidates with the largest expected accepted length (Medusa's calibration).
 
@@ -149,8 +156,8 @@ class ProposalBuffer:
     shape: TreeShape
     tokens: list[int]  # per node; node 0 is the frontier
     horizons: list[int]  # per node, the horizon whose head proposed it (0 for the frontier)
-    scores: list[float]  # per node, the draft log-probability of its token (0 for the frontier)
     candidate_probs: list[torch.Tensor | None]  # per draft position j: [b_j, V] float64, the law rank r was drawn from (None: greedy)
+    draft_logits: torch.Tensor | None  # [depth, V] the heads' logits per draft position (greedy scores come from them)
     head_identity: str  # which head (and weights) proposed
     vocab_identity: str  # the vocabulary the token ids index
 
@@ -158,12 +165,28 @@ class ProposalBuffer:
     def parents(self) -> tuple[int, ...]:
         return self.shape.parents
 
+    @property
+    def scores(self) -> list[float]:
+        """Per node, the draft log-probability of its token (0 for the frontier): under the law it was drawn from
+        when sampling, under the head's softmax when greedy. Computed on request: a round never needs it."""
+        out = [0.0]
+        for node in range(1, self.shape.size):
+            j, rank, token = self.shape.depths[node] - 1, self.shape.ranks[node], self.tokens[node]
+            law = self.candidate_probs[j]
+            if law is not None:
+                out.append(float(law[rank, token].log()))
+            elif self.draft_logits is not None:
+                out.append(float(self.draft_logits[j].double().log_softmax(-1)[token]))
+            else:
+                out.append(float("nan"))
+        return out
+
     def path_tokens(self, path: list[int]) -> list[int]:
         return [self.tokens[node] for node in path]
 
 
-def ranked_candidates(logits: torch.Tensor, widths, chooser) -> tuple[list[list[int]], list[torch.Tensor | None], list[list[float]]]:
-    """Per draft position j, `widths[j]` ranked candidates from the head's logits [m, V].
+def ranked_candidates(logits: torch.Tensor, widths, chooser) -> tuple[list[list[int]], list[torch.Tensor | None]]:
+    """Per draft position j, `widths[j]` ranked candidates from the head's logits [m, V], and the laws they were drawn from.
 
     Greedy: the top b_j token ids. Sampling: b_j draws without replacement; draw r comes
     from the head's distribution with draws 0..r−1 removed and renormalised, and that law
@@ -172,66 +195,28 @@ def ranked_candidates(logits: torch.Tensor, widths, chooser) -> tuple[list[list[
     """
     m = len(widths)
     if chooser.greedy:
-        top = logits[:m].topk(min(max(widths), logits.shape[-1]), dim=-1)  # [m, b_max]
-        ids, logp = top.indices.tolist(), (top.values - logits[:m].logsumexp(-1, keepdim=True)).tolist()  # one host sync each
-        return [row[:w] for row, w in zip(ids, widths)], [None] * m, [row[:w] for row, w in zip(logp, widths)]
+        ids = logits[:m].topk(min(max(widths), logits.shape[-1]), dim=-1).indices.tolist()  # [m, b_max]: one host sync
+        return [row[:w] for row, w in zip(ids, widths)], [None] * m
     probs = chooser.probs(logits[:m])  # [m, V] float64
+    if max(widths) == 1:  # a chain: one draw per position from the head's law (a law always has support)
+        return [[chooser.draws.sample(probs[j])] for j in range(m)], [probs[j : j + 1] for j in range(m)]  # laws [1, V]
     support = (probs > 0).sum(-1).tolist()  # [m]: tokens a draw can still reach (one host sync)
-    tokens, laws, scores = [], [], []
+    tokens, laws = [], []
     for j, width in enumerate(widths):
         q, drawn, law = probs[j], [], []
         for _ in range(min(width, support[j])):
-            token = chooser.draws.sample(q)
-            drawn.append(token), law.append(q)
-            q = q.clone()
-            q[token] = 0.0
-            q = q / q.sum()  # [V]: the law of the next draw (mass is left: fewer draws than support)
-        law = torch.stack(law)  # [b_j, V]
-        tokens.append(drawn), laws.append(law), scores.append(law[range(len(drawn)), drawn].log().tolist())
-    return tokens, laws, scores
+            if drawn:  # the law of the next draw: the previous draw removed, renormalised (mass is left: fewer draws than support)
+                q = q.clone()
+                q[drawn[-1]] = 0.0
+                q = q / q.sum()  # [V]
+            drawn.append(chooser.draws.sample(q)), law.append(q)
+        tokens.append(drawn), laws.append(torch.stack(law))  # law [b_j, V]
+    return tokens, laws
 
 
-def build_buffer(shape: TreeShape, frontier: int, candidates, laws, scores, version: int, head: str, vocab: str) -> ProposalBuffer:
+def build_buffer(shape: TreeShape, frontier: int, candidates, laws, draft_logits, version: int, head: str, vocab: str) -> ProposalBuffer:
     """Place ranked candidates (per position) on the nodes of `shape`, pruned to the candidates available."""
     shape = shape.limited(shape.depth, [len(c) for c in candidates])
-    tokens, horizons, node_scores = [frontier], [0], [0.0]
-    for depth, rank in zip(shape.depths[1:], shape.ranks[1:]):
-        tokens.append(candidates[depth - 1][rank]), horizons.append(depth + 1), node_scores.append(scores[depth - 1][rank])
-    return ProposalBuffer(version, shape, tokens, horizons, node_scores, laws[: shape.depth], head, vocab)
-
-
-# ---- path statistics (Generation.stats): per-position top-1 agreement and its Fréchet bounds ----
-
-
-def record_top1(stats: dict, start: int, top1: list[int]) -> None:
-    """Remember the round's rank-0 drafts; `start` = the output index of the frontier."""
-    stats.setdefault("_top1_rounds", []).append((start, top1))
-
-
-def settle_top1(stats: dict, out: list[int], max_drafts: int) -> None:
-    """Count, over rounds whose every draft slot lies inside the output, how often the rank-0 draft at
-    position j equals the token emitted there, and how often all of them do (`top1_*` counters)."""
-    match, checked, every = [0] * max_drafts, 0, 0
-    for start, top1 in stats.pop("_top1_rounds", []):
-        if len(top1) < max_drafts or start + max_drafts >= len(out):
-            continue
-        hits = [top1[j] == out[start + 1 + j] for j in range(max_drafts)]
-        match = [m + h for m, h in zip(match, hits)]
-        checked, every = checked + 1, every + all(hits)
-    stats.update(top1_match_by_position=match, top1_checked_rounds=checked, top1_all_match=every)
-
-
-def frechet(stats: dict) -> dict:
-    """Per-position top-1 agreement a_j, the all-positions rate, and the bounds of M7.4 §0x08B:
-    max(0, Σ a_j − K + 1) ≤ P(all) ≤ min a_j (they hold for any joint law, the empirical one too)."""
-    n = stats.get("top1_checked_rounds", 0)
-    if not n:
-        return {"per_position": [], "all": float("nan"), "lower": float("nan"), "upper": float("nan")}
-    a = [m / n for m in stats["top1_match_by_position"]]
-    return {"per_position": a, "all": stats["top1_all_match"] / n, "lower": max(0.0, sum(a) - len(a) + 1), "upper": min(a)}
-
-
-def path_acceptance(stats: dict) -> float:
-    """Fraction of rounds with the full draft depth whose whole accepted path reached that depth."""
-    full = [(p, a) for p, a in zip(stats["proposed_by_round"], stats["accepted_by_round"]) if p and p == max(stats["proposed_by_round"])]
-    return sum(a == p for p, a in full) / len(full) if full else float("nan")
+    tokens = [frontier, *(candidates[depth - 1][rank] for depth, rank in zip(shape.depths[1:], shape.ranks[1:]))]
+    horizons = [0, *(depth + 1 for depth in shape.depths[1:])]
+    return ProposalBuffer(version, shape, tokens, horizons, laws[: shape.depth], draft_logits, head, vocab)

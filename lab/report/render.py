@@ -246,16 +246,24 @@ def decoding_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]
     positions = max(v.max_k for v in rows_with) - 1
     header = ["variant", "head", "K", "tokens/forward T=1", "mean accept len (with bonus, τ)", "mean accepted (no bonus)",
               *[f"P(prefix≥{j}) T=1" for j in range(1, positions + 1)], *[f"P({j} | 1..{j - 1}) T=1" for j in range(1, positions + 1)],
-              "speedup T=1", "distinct-4 T=1", "degenerate T=1", "tokens/forward greedy", "distinct-4 greedy", "degenerate greedy",
+              "speedup T=1", "path accept T=1", "top-1 all in [Fréchet] T=1", "distinct-4 T=1", "degenerate T=1", "tokens/forward greedy", "distinct-4 greedy", "degenerate greedy",
               "greedy match", "est tokens/forward (val)"]
     rows = [[v.label, fmt(v.head), fmt(v.k), headline_cell(v, "decode/tokens_per_forward"), headline_cell(v, "decode/mean_accept_len"),
              headline_cell(v, "decode/mean_accepted"), *[v.cell(f"decode/accept/p{j}", 2) for j in range(1, positions + 1)],
              *[v.cell(f"decode/accept_cond/p{j}", 2) for j in range(1, positions + 1)], v.cell("decode/speedup", 2),
-             v.cell("decode/distinct4", 2), degenerate_cell(v, "decode"), headline_cell(v, "decode/greedy/tokens_per_forward", "decode/greedy"),
+             v.cell("decode/path_accept", 2), frechet_cell(v), v.cell("decode/distinct4", 2), degenerate_cell(v, "decode"), headline_cell(v, "decode/greedy/tokens_per_forward", "decode/greedy"),
              v.cell("decode/greedy/distinct4", 2), degenerate_cell(v, "decode/greedy"), v.cell("decode/greedy/greedy_match", 2),
              v.cell("val/est_tokens_per_forward", 2)]
             for v in rows_with]
     return header, rows
+
+
+def frechet_cell(variant: Variant) -> str:
+    """`top1_all in [lower, upper]`: the measured all-drafts-right rate inside its Fréchet bounds; — when not logged."""
+    values = [variant.stat(f"decode/{name}")[0] for name in ("top1_all", "frechet_lower", "frechet_upper")]
+    if any(value is None for value in values):
+        return "—"
+    return "{:.2f} in [{:.2f}, {:.2f}]".format(*values)
 
 
 def headline_cell(variant: Variant, metric: str, prefix: str = "decode") -> str:
@@ -326,6 +334,11 @@ DECODING_NOTE = ("End of training, a few validation-document prompts (`decode/*`
                  "(`decode/accept_cond/p{j}`, vLLM speculators'); mean accept len counts the bonus/correction token "
                  "(`decode/mean_accept_len`, vLLM's and Spec-Bench's τ, 1.00 for plain decoding), mean accepted does not "
                  "(`decode/mean_accepted`). Speedup = decode-phase tokens/s speculative / plain, same prompts. "
+                 "Path accept (`decode/path_accept`): share of rounds with every draft slot inside the output whose "
+                 "accepted path reached full depth; next to it the share whose rank-0 drafts were all right "
+                 "(`decode/top1_all`) inside the Fréchet bounds of M7.4 §0x08B from the per-position top-1 agreement a_j "
+                 "(`decode/top1/p{j}`): max(0, Σa_j − J + 1) ≤ P(all) ≤ min a_j (`decode/frechet_lower`, "
+                 "`decode/frechet_upper`). For a chain path accept = top-1 all. "
                  "DeepSeek's validation estimate is teacher-forced.")
 
 

@@ -66,3 +66,15 @@ def test_speculative_sampling_keeps_the_law_on_a_transformers_trunk():
     torch.manual_seed(5)
     model = build({"name": "hf", "config": hf_llama_config(vocab=4, d_model=8)}, {"name": "parallel", "k": 3}).double().eval()
     assert_speculative_law(model, vocab=4)
+
+
+def test_trees_and_batched_requests_are_refused_in_one_line_on_a_transformers_trunk():
+    """Both run on the harness's own attention (per-node masks, left-padded slots); a DynamicCache holds neither."""
+    from lab.errors import ConfigError
+
+    model = hf_model("parallel")
+    prompt = torch.tensor([1, 2, 3])
+    with pytest.raises(ConfigError, match=r"^tree: draft trees need the harness's GPT trunk"):
+        generate(model, prompt, 4, speculative=True, tree=[2, 2])
+    with pytest.raises(ConfigError, match=r"^prompt: batched requests need the harness's GPT trunk"):
+        generate(model, [prompt, prompt[:2]], 4)

@@ -695,7 +695,8 @@ def test_ddp_ranks_share_the_cache_and_streaming_matches_mapped(tmp_path):
     texts = [f"row {i}: " + "tok " * (3 + i % 5) for i in range(60)]
     corpus = write_jsonl(tmp_path / "small.jsonl", texts)
     common = [*TINY, "trainer=ddp_cpu", "data=text", f"data.path={corpus}", "data.max_docs=null", "data.shuffle=false", "data.val_fraction=0.2",
-              "trainer.max_steps=8", "callbacks.checkpoint.every_n_train_steps=8"]
+              "trainer.max_steps=8", "callbacks.checkpoint.every_n_train_steps=8",
+              "trainer.enable_progress_bar=true"]  # datasets' bars (counted below) follow the Trainer's switch
     finals = {}
     for name, extra in (("mapped", []), ("stream", ["data.streaming=true"])):
         cache = tmp_path / f"cache-{name}"

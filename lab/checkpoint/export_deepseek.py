@@ -49,7 +49,7 @@ def projection_in_order(weight: torch.Tensor, have: str, want: str) -> torch.Ten
 def check_exportable(model) -> None:
     head_cfg = model.head_cfg
     require("deepseek" in model.head.release_layouts, "--format", f"deepseek exports head=deepseek runs; this checkpoint's head is '{head_cfg.name}'")
-    require(hasattr(model.trunk, "hf"), "--format", "deepseek needs a model=hf trunk of a family with MTP layers; this run trains the harness's GPT")
+    require(model.has_hf_trunk, "--format", "deepseek needs a model=hf trunk of a family with MTP layers; this run trains the harness's GPT")
     config = model.trunk.hf.config.get_text_config()
     require(hasattr(config, "num_mtp_layers"), "--format",
             f"model_type '{config.model_type}' declares no MTP layers in transformers (no num_nextn_predict_layers); families that do: deepseek_v3, glm4_moe, …")

@@ -62,7 +62,7 @@ def points_at_base(model) -> bool:
 def export_medusa(checkpoint: dict, out: Path, model) -> dict:
     """Write `out` (all or nothing) from a model=hf, head=medusa checkpoint loaded as `model`; returns config.json."""
     require("medusa" in model.head.release_layouts, "--format", f"medusa exports head=medusa runs; this checkpoint's head is '{model.head_cfg.name}'")
-    require(hasattr(model.trunk, "hf"), "--format", "medusa needs a model=hf trunk (vLLM serves a Hugging Face base); this run trains the harness's GPT")
+    require(model.has_hf_trunk, "--format", "medusa needs a model=hf trunk (vLLM serves a Hugging Face base); this run trains the harness's GPT")
     trunk, head_cfg = model.trunk, model.head_cfg
     with staged_folder(out) as tmp:
         if points_at_base(model):

@@ -35,7 +35,7 @@ def generate_batch(model, prompt, max_new_tokens: int, *, temperature: float = 0
     `generator`: None, one torch.Generator that all rows draw from in turn, or a list with one per prompt.
     """
     rows = prompt_rows(prompt)
-    require(not hasattr(model.trunk, "hf"), "prompt",
+    require(not model.has_hf_trunk, "prompt",
             "batched requests need the harness's GPT trunk; a transformers trunk (model=hf) decodes one prompt at a time")
     for row in rows:
         check_request(model, row, max_new_tokens, temperature, top_k, draft_steps)

@@ -61,7 +61,7 @@ def generate(
                               draft_steps=draft_steps, eos=eos, generator=generator)
     check_request(model, prompt, max_new_tokens, temperature, top_k, draft_steps)
     # A transformers trunk takes positions 0.. in order: a tree's per-node positions do not reach it.
-    require(tree is None or not hasattr(model.trunk, "hf"), "tree", "draft trees need the harness's GPT trunk; a transformers trunk (model=hf) decodes chains")
+    require(tree is None or not model.has_hf_trunk, "tree", "draft trees need the harness's GPT trunk; a transformers trunk (model=hf) decodes chains")
     shape = None if tree is None else tree_shape(tree)
     model.eval()
     with torch.no_grad():

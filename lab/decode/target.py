@@ -39,7 +39,7 @@ class CachedModel:
         target_stacks = {("stack", i) for i in model.head.next_token_stacks()}
         family_of = lambda key: "target" if key == TRUNK or key in target_stacks else "draft"  # noqa: E731
         self.caches = CacheSet(cfg.d_model // cfg.n_heads, cfg.rope_base, family_of)
-        if hasattr(model.trunk, "hf"):  # model=hf: the trunk keeps transformers' own DynamicCache
+        if model.has_hf_trunk:  # model=hf: the trunk keeps transformers' own DynamicCache
             use_transformers_cache(self.caches, TRUNK)
         self.device = next(model.parameters()).device
 

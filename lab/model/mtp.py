@@ -124,9 +124,14 @@ class MTPModel(nn.Module):
         check_alias_contract(self)
 
     @property
+    def has_hf_trunk(self) -> bool:
+        """`model=hf`: the trunk is a transformers model (its own attention and DynamicCache)."""
+        return hasattr(self.trunk, "hf")
+
+    @property
     def hf_model(self) -> nn.Module:
         """The transformers model itself (same Parameters) when `model=hf`."""
-        require(hasattr(self.trunk, "hf"), "model", "hf_model exists for model=hf only")
+        require(self.has_hf_trunk, "model", "hf_model exists for model=hf only")
         return self.trunk.hf
 
     @property

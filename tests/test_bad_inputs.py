@@ -6,6 +6,7 @@ when the refused attempt made nothing else)."""
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,8 @@ CONFIG_CASES = [
     (["trainer.log_every_n_steps=-1"], "trainer.log_every_n_steps"),
     (["data.max_val_rows=0"], "data.max_val_rows"),
     (["head=parallel", "head.block=native"], "head.block"),  # the HF model's own layer: model=hf only
+    # issue 38: Lightning's 5-line error after the run folder was made
+    (["callbacks.checkpoint.every_n_train_steps=-1"], "callbacks.checkpoint.every_n_train_steps"),
 ]
 
 
@@ -65,6 +68,10 @@ def write_inputs(folder: Path) -> None:
     (folder / "three_bytes.txt").write_text("abc")
     (folder / "garbage.ckpt").write_bytes(b"not a checkpoint" * 10)
     torch.save({"state_dict": {}, "payload": RunsACommand()}, folder / "malicious.ckpt")
+    # A plain pickle (protocol 4: torch warns about it on stderr) and a pre-zip torch.save file: no zip to scan.
+    (folder / "malicious_pickle.ckpt").write_bytes(pickle.dumps({"state_dict": {}, "payload": RunsACommand()}, protocol=4))
+    torch.save({"state_dict": {}, "payload": RunsACommand()}, folder / "malicious_legacy.ckpt", _use_new_zipfile_serialization=False)
+    (folder / "corrupt.parquet").write_bytes(b"PAR1" + bytes(range(256)) * 4)
 
 
 RUN_CASES = [  # (overrides with {inputs} for the input folder, field, words the line must hold)
@@ -79,6 +86,10 @@ RUN_CASES = [  # (overrides with {inputs} for the input folder, field, words the
     (["data.batch_size=100000"], "data.batch_size", "no full batch"),
     (["init_from={inputs}/garbage.ckpt"], "checkpoint", "truncated or corrupted"),
     (["init_from={inputs}/malicious.ckpt"], "checkpoint", "holds posix.system, which safe (weights_only) loading refuses"),
+    (["init_from={inputs}/malicious_pickle.ckpt"], "checkpoint", "holds posix.system, which safe (weights_only) loading refuses"),
+    (["ckpt_path={inputs}/malicious_legacy.ckpt"], "checkpoint", "holds posix.system, which safe (weights_only) loading refuses"),
+    (["data=text", "data.path={inputs}/corrupt.parquet"], "data.path", "cannot read as parquet"),
+    (["model.vocab_size=100"], "model.vocab_size", "must be ≥ the tokenizer's 259 ids"),
     (["init_from={parent}/truncated.ckpt"], "checkpoint", "truncated.ckpt is truncated or corrupted"),
     (["init_from={parent}/bit_flipped.ckpt"], "checkpoint", "bit_flipped.ckpt is corrupted (content digest mismatch)"),
     (["init_from={parent}", "head=parallel", "head.k=2"], "init_from", "the parent's head is 'causal' and this run's is 'parallel'"),

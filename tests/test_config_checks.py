@@ -43,6 +43,20 @@ def composed(overrides, cache_dir):
         (["head=parallel", "head.k=2", "weights=geometric", "weights.gamma=0"], "weights.gamma"),
         (["schedule=chunked", "schedule.chunk_rows=0"], "schedule.chunk_rows"),
         (["trainer.precision=fp8"], "trainer.precision"),
+        # issue 38: values that trained (clamped, ignored or sign-flipping) instead of being refused
+        (["optim.warmup_steps=-1"], "optim.warmup_steps"),
+        (["optim.grad_clip=-1"], "optim.grad_clip"),
+        (["optim.grad_clip=0"], "optim.grad_clip"),
+        (["optim.min_lr_ratio=2"], "optim.min_lr_ratio"),
+        (["optim.head_lr_multiplier=0"], "optim.head_lr_multiplier"),
+        (["head=identity", "head.k=3", "head.n_layers=2"], "head.n_layers"),
+        (["head=linear", "head.k=2", "head.block=native"], "head.block"),
+        (["head=medusa", "head.k=2", "head.init=copy_last"], "head.init"),
+        (["head=deepseek", "head.depth=1", "head.n_layers=3"], "head.n_layers"),
+        (["callbacks.checkpoint.every_n_train_steps=-1"], "callbacks.checkpoint.every_n_train_steps"),
+        (["callbacks.checkpoint.every_n_train_steps=0"], "callbacks.checkpoint.every_n_train_steps"),
+        (["ckpt_path=" + __file__, "init_from=/some/parent"], "ckpt_path"),  # any existing file: the pair is refused first
+        (["model.vocab_size=100"], "model.vocab_size"),  # the byte tokenizer has 259 ids
     ],
 )
 def test_bad_config_raises_naming_the_field(overrides, field, cache_dir):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import pickletools
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -36,11 +38,54 @@ def _siblings(path: Path) -> str:
 
 
 def unsafe_globals(path: Path) -> list[str]:
-    """The globals torch's safe loading refuses in `path` (torch's own scan; [] when it cannot scan the file)."""
+    """The globals torch's safe loading refuses in `path` ([] when there are none or the file cannot be scanned).
+
+    A zip checkpoint: torch's own scan. A legacy (pre-zip) torch.save file or a plain pickle: its
+    pickle opcodes, read without running any of them, against torch's own list of safe globals."""
+    if zipfile.is_zipfile(path):
+        try:
+            return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+        except Exception:  # truncated: then it is damaged, not unsafe
+            return []
+    safe = set(torch.serialization.get_safe_globals()) | set(safe_default_globals())
+    return [name for name in pickled_globals(path) if name not in safe]
+
+
+def safe_default_globals() -> list[str]:
     try:
-        return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
-    except Exception:  # not a zip checkpoint, truncated: then it is damaged, not unsafe
+        from torch._weights_only_unpickler import _get_allowed_globals  # what weights_only loading accepts by default
+
+        return list(_get_allowed_globals())
+    except Exception:  # another torch: every global then counts as unsafe, which only errs on the refusing side
         return []
+
+
+LEGACY_PICKLES = 5  # torch.save's legacy format: magic number, protocol, system info, the object, storage keys
+
+
+def pickled_globals(path: Path) -> list[str]:
+    """`module.name` of every global the pickle stream(s) of `path` would import, in order, without unpickling."""
+    found: list[str] = []
+    with open(path, "rb") as handle:
+        for _ in range(LEGACY_PICKLES):
+            strings, memo = [], {}
+            try:
+                for opcode, arg, _ in pickletools.genops(handle):
+                    if opcode.name == "GLOBAL":
+                        found.append(arg.replace(" ", "."))
+                    elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                        found.append(".".join(strings[-2:]))
+                    elif opcode.name == "MEMOIZE" and strings:
+                        memo[len(memo)] = strings[-1]
+                    elif opcode.name in ("BINPUT", "LONG_BINPUT", "PUT") and strings:
+                        memo[arg] = strings[-1]
+                    elif opcode.name in ("BINGET", "LONG_BINGET", "GET") and arg in memo:
+                        strings.append(memo[arg])
+                    elif isinstance(arg, str):
+                        strings.append(arg)
+            except Exception:  # the raw storage bytes after the last pickle, or a damaged stream
+                break
+    return list(dict.fromkeys(found))
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
@@ -49,7 +94,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     if not path.is_file():
         raise ConfigError("checkpoint", f"no such checkpoint file: {path}")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's note on an unusual pickle protocol: the line below says what matters
+            warnings.simplefilter("ignore", UserWarning)
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         # torch reports both unsafe globals and plain garbage this way; only the former is a pickle of code.
         unsafe = unsafe_globals(path)

@@ -56,7 +56,7 @@ def check_config(cfg: DictConfig) -> None:
     group's schema), then the invariants across groups. `lab-train`'s pre-flight and `build` call it."""
     from lab.data import check_data_config
     from lab.model.compile import split_compile_option
-    from lab.model.heads import head_config
+    from lab.model.heads import head_class, head_config
     from lab.model.mtp import check_head_on_trunk, head_defaults_for, model_config, trunk_layers
     from lab.objective.objective import Objective
     from lab.training.optim import OptimConfig
@@ -68,6 +68,7 @@ def check_config(cfg: DictConfig) -> None:
     data = check_data_config(plain("data"))  # local files: exist and are not empty
     model, _ = split_compile_option(plain("model"))
     head = head_config(head_defaults_for(model, plain("head")))
+    head_class(head.name).refuse_unused_options(head)
     if model.get("name") != "hf":
         model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
     check_head_on_trunk(model_config(model), head)  # compute matching, head.block, head.init, lora vs the trunk kind
@@ -89,8 +90,22 @@ def check_run_config(cfg: DictConfig) -> None:
     """Run-level settings, before anything is built; each config group checks its own fields when built."""
     require(cfg.trainer.max_steps is not None and cfg.trainer.max_steps >= 1, "trainer.max_steps", "must be ≥ 1")
     check_trainer(cfg.trainer)
+    check_checkpoint_cadence(cfg)
     if cfg.ckpt_path not in (None, "last"):
         require(Path(cfg.ckpt_path).exists(), "ckpt_path", f"no such checkpoint: {cfg.ckpt_path}")
+        # A resume restores the checkpoint's weights over the parent's: both would be read, one silently lost.
+        # (ckpt_path=last stays allowed: it resumes a run that was itself started with init_from.)
+        require(not cfg.get("init_from"), "ckpt_path",
+                "resumes a run from its own checkpoint, init_from starts a new run from a parent's weights: give one of them "
+                "(to resume a run started with init_from, use ckpt_path=last in its run dir)")
+
+
+def check_checkpoint_cadence(cfg: DictConfig) -> None:
+    """Lightning refuses a step interval below 1 only when fit starts, with a multi-line error and a run folder made."""
+    every = OmegaConf.select(cfg, "callbacks.checkpoint.every_n_train_steps")
+    if OmegaConf.select(cfg, "callbacks.checkpoint") is not None:
+        require(is_int(every) and every >= 1, "callbacks.checkpoint.every_n_train_steps",
+                f"must be an integer ≥ 1 (steps between checkpoints; the final step always gets one), got {every!r}")
 
 
 def check_horizons_fit(k: int, seq_len: int, offsets=None) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from lab.errors import require
 from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class, head_config
-from lab.model.hf_trunk import HFModelConfig, build_hf_trunk, check_tokenizer_fits
+from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_tokenizer_fits
 from lab.model.trunk import ModelConfig, Trunk
 from lab.schema import typed
 
@@ -82,7 +82,12 @@ def fill_vocab_size(model: dict, vocab_size: int) -> dict:
 
 def check_vocabulary(model: "MTPModel", tokenizer_vocab: int) -> None:
     """Every token id the tokenizer makes has a row in the model's embedding."""
-    check_tokenizer_fits(tokenizer_vocab, model.trunk.cfg.vocab_size)
+    if isinstance(model.trunk.cfg, HFBlockConfig):
+        check_tokenizer_fits(tokenizer_vocab, model.trunk.cfg.vocab_size)  # the pretrained model's size: the tokenizer is wrong
+        return
+    vocab = model.trunk.cfg.vocab_size  # set on the command line (null: the tokenizer's size)
+    require(tokenizer_vocab <= vocab, "model.vocab_size",
+            f"must be ≥ the tokenizer's {tokenizer_vocab} ids (or null: the tokenizer's size), got {vocab}")
 
 
 def check_head_on_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) -> None:

@@ -218,6 +218,18 @@ class MTPHead(nn.Module):
         cls.check_config(cfg)
         return cfg
 
+    # Options every head has (HeadConfig) that this architecture has no use for: set away from their
+    # default they would change nothing, so a new run that sets one is refused (lab.config.checks) rather
+    # than silently ignoring it. Checkpoints and manifests of earlier runs that set one still load.
+    unused_options: tuple[str, ...] = ()
+
+    @classmethod
+    def refuse_unused_options(cls, cfg: HeadConfig) -> None:
+        defaults = {f.name: f.default for f in dataclasses.fields(HeadConfig)}
+        for option in cls.unused_options:
+            require(getattr(cfg, option) == defaults[option], f"head.{option}",
+                    f"head '{cfg.name}' has no use for it (it would change nothing); allowed: {defaults[option]} (its default)")
+
     @classmethod
     def resolve_k(cls, cfg: HeadConfig) -> HeadConfig:
         """How K follows from the config; by default K is `head.k` itself."""

@@ -69,6 +69,7 @@ class DeepSeekHead(MTPHead):
     draft_proposer = "chain"
     release_layouts = ("deepseek",)  # model.layers.{N+d-1} after the main layers (lab/checkpoint/export_deepseek.py)
     config_class = DeepSeekConfig
+    unused_options = ("n_layers",)  # one transformer block per depth module
     teacher_forced_metrics = True  # depth k is fed tokens[t+1 .. t+k-1]: its accuracies are not blind guesses
     sharding_units = (DepthModule,)  # a depth module is one unit, its block nested inside it
     horizon_containers = {**MTPHead.horizon_containers, "depth_modules": 2}  # depth d predicts horizon d + 1

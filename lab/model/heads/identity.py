@@ -14,6 +14,7 @@ from lab.model.heads.base import MTPHead
 
 class IdentityHead(MTPHead):
     draft_proposer = "independent"
+    unused_options = ("n_layers", "init", "block")  # no head blocks
     drafts_reuse_next_token_logits = True  # shared norm and unembedding of the same rows: no draft projection at all
 
     @classmethod

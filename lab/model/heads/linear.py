@@ -16,6 +16,7 @@ from lab.model.heads.base import MTPHead, NextTokenPath
 class LinearHead(MTPHead):
     horizon_containers = {**MTPHead.horizon_containers, "maps": 1}
     draft_proposer = "independent"
+    unused_options = ("n_layers", "init", "block")  # d×d maps, no head blocks
     drafts_read_trunk_rows = True
 
     def __init__(self, cfg, model_cfg):

@@ -26,6 +26,7 @@ class MedusaHead(MTPHead):
     # blocks.i and projections.i serve horizon i + 2 (horizon 1 has neither)
     horizon_containers = {"blocks": 2, "projections": 2}
     draft_proposer = "independent"
+    unused_options = ("init", "block")  # residual SiLU blocks, no transformer blocks to build or copy
     release_layouts = ("medusa",)  # vLLM's Medusa folder (lab/checkpoint/export_medusa.py)
 
     def __init__(self, cfg, model_cfg):

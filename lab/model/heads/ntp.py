@@ -6,6 +6,8 @@ from lab.model.heads.base import MTPHead
 
 class NextTokenHead(MTPHead):
     is_baseline = True
+    unused_options = ("n_layers", "init", "block")  # no head blocks
+
     @classmethod
     def check_config(cls, cfg):
         super().check_config(cfg)

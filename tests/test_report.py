@@ -285,6 +285,32 @@ def test_a_job_left_running_is_interrupted_with_its_last_step_unless_its_process
     assert "**interrupted**: interrupted (pid" in (fake_sweep / "report.md").read_text()
 
 
+def test_lab_report_counts_interrupted_and_not_started_jobs_under_their_own_status(fake_sweep):
+    """Issue 38: a killed job and a planned job that never started were counted as `failed`."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = fake_job(fake_sweep, 10, "ntp", 5, status="running")
+    payload = json.loads((killed / "run.json").read_text())
+    (killed / "run.json").write_text(json.dumps({**payload, "pid": int(gone.stdout)}))
+    plan = [{"num": n, "overrides": [f"seed={n}"]} for n in range(12)]  # job 11: planned, no folder
+    (fake_sweep / "sweep_plan.json").write_text(json.dumps({"jobs": plan}))
+    result = lab_report(str(fake_sweep))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "(9 ok, 1 failed, 1 interrupted, 1 not started; runs.csv" in result.stdout, result.stdout
+
+
+def test_two_lab_reports_at_once_on_one_sweep_both_succeed_and_leave_no_temp_file(fake_sweep):
+    """Issue 38: both wrote figures/<name>.png.tmp, and one renamed the other's file away (FileNotFoundError)."""
+    build_sweep_report(fake_sweep)
+    alone = digests(fake_sweep)
+    for _ in range(3):
+        both = [subprocess.Popen([sys.executable, "-m", "lab.report.cli", str(fake_sweep)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(2)]
+        for process in both:
+            _, err = process.communicate(timeout=SUBPROCESS_TIMEOUT)
+            assert process.returncode == 0, err[-2000:]
+    assert digests(fake_sweep) == alone  # the same bytes as one report alone, and no temp file beside them
+
+
 def add_final_metrics(sweep: Path, values_of) -> None:
     """Every completed job's run.json gets the final metrics values_of(head, seed)."""
     for run_json in sweep.glob("*/run.json"):

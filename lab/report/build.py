@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.report.sweep_figures import write_report_figures
+from lab.report.atomic import write_text_atomic
 from lab.report.records import FIGURES_DIR, ReportError, Sweep, collect_sweep
 from lab.report.render import findings, html_page, markdown
 from lab.report.scaling import write_scaling_figures
@@ -21,15 +23,18 @@ class Report:
     html: Path
     figures: list[Path]
     n_ok: int
-    n_failed: int
+    n_failed: int  # jobs whose run failed (an error, a refused first attempt)
     findings: list[str]
+    n_other: dict[str, int] = field(default_factory=dict)  # neither ok nor failed: interrupted, running, not started
 
+    @property
+    def counts(self) -> str:
+        """'3 ok, 1 failed, 1 interrupted, 1 not started': every job under its own status."""
+        return ", ".join([f"{self.n_ok} ok", f"{self.n_failed} failed", *(f"{n} {status}" for status, n in self.n_other.items())])
 
-def write_text_atomic(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
+    @property
+    def n_not_ok(self) -> int:
+        return self.n_failed + sum(self.n_other.values())
 
 
 def build_report(sweep: Sweep, out_dir: str | Path) -> Report:
@@ -47,8 +52,10 @@ def build_report(sweep: Sweep, out_dir: str | Path) -> Report:
     figures = write_report_figures(groups, out / FIGURES_DIR) + write_scaling_figures(groups, out / FIGURES_DIR)
     md = write_text_atomic(out / "report.md", markdown(sweep, groups, figures, FIGURES_DIR))
     page = write_text_atomic(out / "report.html", html_page(sweep, groups, figures))
-    return Report(out, runs_csv, md, page, [f.path for f in figures if f.path is not None], len(sweep.completed), len(sweep.failed),
-                  findings(sweep, groups))
+    statuses = Counter(r["status"] for r in sweep.records)
+    n_ok, n_failed = statuses.pop("ok", 0), statuses.pop("failed", 0)
+    return Report(out, runs_csv, md, page, [f.path for f in figures if f.path is not None], n_ok, n_failed,
+                  findings(sweep, groups), dict(sorted(statuses.items())))
 
 
 def build_sweep_report(sweep_dir: str | Path) -> Report:

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed; runs.csv, report.md, {len(report.figures)} figures)")
+    print(f"report: {report.html} ({report.counts}; runs.csv, report.md, {len(report.figures)} figures)")
 
 
 def run(args: argparse.Namespace):

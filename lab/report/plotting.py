@@ -15,6 +15,8 @@ matplotlib.use("Agg", force=False)
 
 import matplotlib.pyplot as plt  # noqa: E402 (after matplotlib.use)
 
+from lab.report.atomic import temp_beside  # noqa: E402
+
 DPI = 150  # sharp on high-density screens and in print
 PNG_METADATA = {"Software": None}
 STYLE = {
@@ -50,9 +52,12 @@ def save_png(fig, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    tmp = path.with_suffix(".png.tmp")
-    fig.savefig(tmp, format="png", dpi=DPI, metadata=PNG_METADATA)
-    tmp.replace(path)
+    tmp = temp_beside(path)  # its own temp file: another lab-report on the same sweep may be drawing this figure too
+    try:
+        fig.savefig(tmp, format="png", dpi=DPI, metadata=PNG_METADATA)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

@@ -522,7 +522,6 @@ def write_report_figures(variants: list[Variant], out_dir: Path) -> list[ReportF
         if isinstance(result, Path):
             out.append(ReportFigure(name, caption, result))
             continue
-        if target.exists():
-            target.unlink()  # stale figure from an earlier build of a different sweep state
+        target.unlink(missing_ok=True)  # stale figure from an earlier build of a different sweep state (another report may remove it too)
         out.append(ReportFigure(name, caption, None, result.reason if isinstance(result, NotDrawn) else "no such metric in this sweep"))
     return out

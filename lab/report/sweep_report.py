@@ -53,12 +53,13 @@ class SweepReport(Callback):
             self._log_to_wandb(config, report)
         if wandb_publish_requested(config):
             self._publish_to_wandb(config, sweep_dir)
-        print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed)", file=sys.stderr)
+        print(f"report: {report.html} ({report.counts})", file=sys.stderr)
         offline_runs = sorted(Path(sweep_dir, "wandb").glob("offline-run-*"))
         if offline_runs:  # every job's run and the report run (lab.config.resolvers.wandb_dir puts them there)
             print(f"wandb: {len(offline_runs)} offline runs; sync them with: wandb sync {sweep_dir}/wandb/offline-run-*", file=sys.stderr)
-        if report.n_failed and self.fail_on_failed_jobs:
-            print(f"error: sweep: {report.n_failed} of {report.n_ok + report.n_failed} jobs failed (see {report.markdown})", file=sys.stderr)
+        if report.n_not_ok and self.fail_on_failed_jobs:
+            what = "failed" if not report.n_other else f"did not finish ok ({report.counts})"
+            print(f"error: sweep: {report.n_not_ok} of {report.n_ok + report.n_not_ok} jobs {what} (see {report.markdown})", file=sys.stderr)
             sys.exit(1)
 
     @staticmethod

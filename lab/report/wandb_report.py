@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.model.heads import teacher_forced
+from lab.report.atomic import write_text_atomic
 from lab.report.sweep_figures import REPORT_FIGURES, grad_cosine_heatmaps
 from lab.report.records import ReportError, Sweep, override_items
 from lab.report.render import findings, summary_lines
@@ -357,9 +358,7 @@ def publish(sweep: Sweep, configs: list[dict], *, entity: str | None, project: s
         path = Path(dry_run)
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {name: serialised(obj) for name, obj in built.items()}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps(payload, indent=1, sort_keys=True) + "\n")
         out.dry_run = path
         return out
     try:

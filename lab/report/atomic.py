@@ -1,0 +1,30 @@
+"""Report files written whole or not at all, by any number of processes at once.
+
+Each writer stages its bytes in a temp file of its own beside the target (hidden, named by
+pid and a random suffix) and renames it into place: a reader sees the old file or the new
+one, never half of one, and two `lab-report` runs on one sweep never rename each other's
+temp file away (one fixed `<name>.tmp` made the second writer's rename fail).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+def temp_beside(path: Path) -> Path:
+    """A temp path in `path`'s folder that no other process uses."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    path = Path(path)
+    tmp = temp_beside(path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # only left when the write or the rename failed
+    return path

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
@@ -76,14 +77,30 @@ class KillAt(pl.Callback):
 
 
 class SignalAt(pl.Callback):
+    """`MTP_LAB_SIGNAL_WHERE=validation`: the signal comes after the first batch of the validation that
+    follows the step instead (the step = trainer.max_steps: the final validation). `MTP_LAB_SIGNAL_TIMES=2`:
+    a second signal 0.05 s after the first (an impatient double Ctrl-C)."""
+
     def __init__(self):
         name, _, step = os.environ.get("MTP_LAB_SIGNAL_AT", "").partition("@")
         self.signum, self.step = (signal.Signals[name], int(step)) if name else (None, -1)
+        self.where = os.environ.get("MTP_LAB_SIGNAL_WHERE", "batch_end")
+        self.times = int(os.environ.get("MTP_LAB_SIGNAL_TIMES", "1"))
+
+    def _send(self, trainer, where: str) -> None:
+        if self.signum is None or trainer.global_step != self.step or where != self.where or trainer.sanity_checking:
+            return
+        for n in range(self.times):
+            if n:
+                time.sleep(0.05)
+            if self.signum == signal.SIGINT:
+                os.killpg(os.getpgid(0), signal.SIGINT)
+            else:
+                os.kill(os.getpid(), self.signum)
+        self.signum = None  # once
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.signum is None or trainer.global_step != self.step:
-            return
-        if self.signum == signal.SIGINT:
-            os.killpg(os.getpgid(0), signal.SIGINT)
-        else:
-            os.kill(os.getpid(), self.signum)
+        self._send(trainer, "batch_end")
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self._send(trainer, "validation")

@@ -23,10 +23,10 @@ OVERRIDES = [*[o for o in TINY if not o.startswith("trainer.max_steps")], f"trai
              "callbacks.checkpoint.every_n_train_steps=100", "+callbacks.signal._target_=tests.chaos_hooks.SignalAt"]
 
 
-def lab_train(run_dir: Path, cwd: Path, cache_dir: Path, *extra: str, signal_at: str = "") -> subprocess.CompletedProcess:
+def lab_train(run_dir: Path, cwd: Path, cache_dir: Path, *extra: str, signal_at: str = "", where: str = "batch_end", times: int = 1) -> subprocess.CompletedProcess:
     """A foreground-like job: its own process group, which SIGINT (Ctrl-C) reaches as a whole."""
     env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO),
-           "HYDRA_FULL_ERROR": "0", "MTP_LAB_SIGNAL_AT": signal_at}
+           "HYDRA_FULL_ERROR": "0", "MTP_LAB_SIGNAL_AT": signal_at, "MTP_LAB_SIGNAL_WHERE": where, "MTP_LAB_SIGNAL_TIMES": str(times)}
     return subprocess.run([sys.executable, "-m", "lab.train", *OVERRIDES, f"hydra.run.dir={run_dir}", *extra], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600, start_new_session=True)
 
@@ -60,3 +60,26 @@ def test_a_signalled_run_stops_at_a_checkpoint_exits_128_plus_signal_and_resumes
     assert final == {name: value for name, value in read_run(reference)["final_metrics"].items() if not TIME_COLUMNS.match(name)}
     expected, got = weights(reference), weights(run)
     assert expected.keys() == got.keys() and all(torch.equal(expected[name], got[name]) for name in expected)
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_final_validation_finishes_ok_and_the_record_says_the_work_was_complete(tmp_path, cache_dir):
+    """Issue 38: it exited 0 with status `ok` and nothing said a signal came."""
+    run = tmp_path / "run"
+    out = lab_train(run, tmp_path, cache_dir, signal_at=f"SIGTERM@{STEPS}", where="validation")
+    assert out.returncode == 0, out.stderr[-3000:]
+    note = f"SIGTERM arrived after the last step (step {STEPS}); the run had done all its work and finished it"
+    assert f"note: {note}" in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
+    record = read_run(run)
+    assert record["status"] == "ok" and record["attempts"][-1]["late_signal"] == note and record["attempts"][-1]["step"] == STEPS
+
+
+@pytest.mark.slow
+def test_two_sigints_005_s_apart_record_interrupted_and_exit_130(tmp_path, cache_dir):
+    """Issue 38: exit 1, run.json `failed` (SystemExit: 1), Lightning's graceful-shutdown line last."""
+    run = tmp_path / "run"
+    out = lab_train(run, tmp_path, cache_dir, signal_at="SIGINT@3", times=2)
+    assert out.returncode == 130, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and out.stderr.strip().splitlines()[-1].startswith(f"interrupted: {run}: stopped by SIGINT"), out.stderr[-3000:]
+    record = read_run(run)
+    assert record["status"] == "interrupted" and record["attempts"][-1]["status"] == "interrupted", record["attempts"]

@@ -10,7 +10,11 @@ disk. lab/train.py records the attempt `interrupted` with the step reached and e
 128 + the signal's number (143, 130), the code a shell gives a process a signal ended.
 
 Lightning's own SIGTERM handling is replaced while training: it stops inside a validation
-(losing that validation's rows) and before the checkpoint of the step reached.
+(losing that validation's rows) and before the checkpoint of the step reached. A signal that
+arrives after the last step (during the final validation or decoding evaluation) stops
+nothing: the run is complete, finishes `ok`, and its attempt's `late_signal` in run.json says so. A second
+Ctrl-C interrupts at once; Lightning then exits with status 1, which lab/train.py records as
+`interrupted` with exit 130 instead.
 """
 
 from __future__ import annotations
@@ -51,6 +55,13 @@ class StopOnSignal(pl.Callback):
 
     def interrupted(self, trainer) -> RunInterrupted:
         return RunInterrupted(self.signum or signal.SIGTERM, trainer.global_step)
+
+    def late_signal_note(self, trainer) -> str | None:
+        """After a fit that ran to its end: why a signal received after the last step stopped nothing (None: no signal)."""
+        if self.signum is None:
+            return None
+        name = signal.Signals(self.signum).name
+        return f"{name} arrived after the last step (step {trainer.global_step}); the run had done all its work and finished it"
 
 
 def stop_requested(trainer) -> bool:

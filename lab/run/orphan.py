@@ -1,0 +1,41 @@
+"""A sweep job in a launcher's worker process stops when the launcher dies.
+
+joblib's loky workers outlive a SIGKILLed `lab-train -m`: they went on training their jobs
+for minutes, holding the dead command's stdout and stderr open, and loky's resource tracker
+with them. A job that runs in a worker process (one started by `multiprocessing`/loky: it has
+a parent process object) watches its parent's pid; once the worker is orphaned it sends
+itself SIGTERM, which ends the job the way a scheduler's preemption does (lab/callbacks/
+stop_on_signal.py: stop after the current step, checkpoint, record `interrupted`), and exits
+for good after `GRACE_S` whatever it was doing. The kernel gives the resource tracker its
+end-of-file once no worker is left, and it exits too.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
+POLL_S = 1.0
+GRACE_S = 60.0  # for the interrupted step's checkpoint and run.json; then the worker exits regardless
+_watching: list[threading.Thread] = []
+
+
+def stop_when_orphaned() -> None:
+    """In a launcher's worker process: start (once) the thread that ends this process when its parent dies."""
+    if multiprocessing.parent_process() is None or _watching:
+        return  # the main process (basic launcher, a single run): nothing launched it that could die first
+    parent = os.getppid()
+    watcher = threading.Thread(target=_watch, args=(parent,), name="stop-when-orphaned", daemon=True)
+    _watching.append(watcher)
+    watcher.start()
+
+
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(GRACE_S)
+    os._exit(128 + signal.SIGTERM)

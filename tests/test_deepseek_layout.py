@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from lab.checkpoint.deepseek_layout import check_main, inspect_layout
+from lab.checkpoint.check_release import check_main
+from lab.checkpoint.deepseek_layout import inspect_layout
 from lab.checkpoint.export import main as lab_export
 from tests.cli import SUBPROCESS_TIMEOUT
 from tests.deepseek_fixtures import write_deepseek_release

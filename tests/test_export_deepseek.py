@@ -332,3 +332,19 @@ def test_glm4_moe_exports_read_by_transformers_mtp_draft_what_the_harness_drafts
         ours = harness_speculative(model, prompt, monkeypatch)
         theirs = transformers_mtp(folder, depth, prompt, monkeypatch)
         assert_same_decoding(ours, theirs, generate(model, prompt, NEW_TOKENS).tokens)
+
+
+def test_an_all_dense_trunks_export_is_read_by_transformers_mtp_as_the_moe_layer_it_builds(tmp_path, monkeypatch):
+    """first_k_dense_replace > N: every main layer is dense, but transformers builds the MTP layer as MoE (get_mtp_config);
+    the harness's depth block is that MoE layer, so the export holds the keys transformers reads and it drafts alike."""
+    torch.manual_seed(0)
+    config = {"model_type": "deepseek_v3", **DEEPSEEK, "first_k_dense_replace": N_MAIN + 1}
+    model = build_model({"name": "hf", "config": config}, deepseek_head(1, "he")).eval()
+    folder = tmp_path / "release"
+    write_deepseek_folder(model, folder)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    assert f"model.layers.{N_MAIN}.mlp.experts.gate_up_proj" in index and f"model.layers.{N_MAIN - 1}.mlp.up_proj.weight" in index
+    for prompt in PROMPTS[:2]:
+        ours = harness_speculative(model, prompt, monkeypatch)
+        theirs = transformers_mtp(folder, 1, prompt, monkeypatch)
+        assert_same_decoding(ours, theirs, generate(model, prompt, NEW_TOKENS).tokens)

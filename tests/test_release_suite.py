@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.checkpoint.deepseek_layout import check_main
+from lab.checkpoint.check_release import check_main
 from lab.checkpoint.import_deepseek import deepseek_head, load_deepseek_folder
 from lab.checkpoint.init_from import load_parent_weights
 from lab.checkpoint.mtp_families import MTP_FAMILIES, family_refusal

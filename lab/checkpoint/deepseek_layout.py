@@ -1,12 +1,12 @@
-"""The DeepSeek MTP layout on disk (M7.6 §0x07A–§0x07D) and `lab-export --check DIR`.
+"""The DeepSeek MTP layout on disk (M7.6 §0x07A–§0x07D): what config.json and the safetensors headers say.
 
 A Hugging Face folder of a family that declares MTP layers keeps depth d (1..D) after the N main
 layers as `model.layers.{N+d-1}.*`: `enorm`, `hnorm`, `eh_proj` [d, 2d], `shared_head.norm`,
 `shared_head.head` [V, d], `embed_tokens` [V, d] and the block's own keys (the decoder layer transformers
 builds for the family's MTP layer), with `num_nextn_predict_layers` = D in config.json.
 
-`--check` is the loader's verdict: it runs `load_deepseek_folder`, the code `lab-generate`, `init_from=hf:`
-and a resume from the folder run, and reports its two gates apart (§0x07D): target-only completeness
+`lab-export --check` (lab/checkpoint/check_release.py) is the loader's verdict: it runs `load_deepseek_folder`, the
+code `lab-generate`, `init_from=hf:` and a run from the folder run, and reports its two gates apart (§0x07D): target-only completeness
 (the main model loads with every weight, none quantised, none left over but the MTP layers) and MTP
 completeness (transformers' own MTP loader reads every MTP weight, nothing missing, unexpected or
 mis-shaped, and the harness's depths take them). PASS on both means those loaders accept the folder.
@@ -83,29 +83,3 @@ def inspect_layout(folder: str | Path) -> LayoutReport:
         if (match := LAYER_KEY.match(key)) and int(match.group(1)) >= n_main:
             held[int(match.group(1))] = held.get(int(match.group(1)), 0) + 1
     return LayoutReport(folder, str(config.get("model_type")), n_main, depth, order, held)
-
-
-def report_lines(report: LayoutReport, target: str | None, mtp: str | None, fusion: str) -> list[str]:
-    """`target`: None (PASS) or why the main model fails; `mtp`: None (PASS) or why the MTP layers fail."""
-    ids = f"{report.n_main}..{report.n_main + report.depth - 1}" if report.depth else "none"
-    lines = [f"{report.folder}: {report.family}, {report.n_main} main layers, num_nextn_predict_layers={report.depth} (MTP layer ids {ids})",
-             "target-only completeness: " + ("PASS (every main weight loads; none quantised)" if target is None else f"FAIL ({target})")]
-    if target is not None:
-        return lines + ["MTP completeness: not checked (the main model does not load)"]
-    lines += ["MTP completeness: " + ("PASS (transformers' MTP loader reads every MTP weight; the harness's depths take them)"
-                                      if mtp is None else f"FAIL ({mtp})"), f"fusion order: {fusion}"]
-    return lines + [f"MTP layer {layer}: {report.held.get(layer, 0)} keys" for layer in report.mtp_layer_ids]
-
-
-def check_main(folder: str) -> int:
-    """`lab-export --check DIR`: the loader's verdict as the two gates and the details; 1 when a gate fails, else 0."""
-    from lab.checkpoint.import_deepseek import load_deepseek_folder
-
-    report = inspect_layout(Path(folder))
-    try:
-        imported = load_deepseek_folder(folder)
-    except ConfigError as error:
-        print("\n".join(report_lines(report, str(error), None, "")))
-        return 1
-    print("\n".join(report_lines(report, None, imported.mtp_problem, imported.fusion_line)))
-    return 0 if imported.mtp_problem is None else 1

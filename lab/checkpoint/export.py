@@ -236,7 +236,7 @@ def write_medusa_folder(args) -> None:
 
 
 def write_deepseek_layout(args) -> None:
-    from lab.checkpoint.deepseek_layout import report_lines
+    from lab.checkpoint.check_release import report_lines
     from lab.checkpoint.export_deepseek import export_deepseek
 
     check_out_folder(Path(args.out))
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         if args.check is not None:
-            from lab.checkpoint.deepseek_layout import check_main
+            from lab.checkpoint.check_release import check_main
 
             sys.exit(check_main(args.check))
         require(args.ckpt is not None, "CKPT", "give the checkpoint to export (or --check DIR)")

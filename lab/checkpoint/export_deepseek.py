@@ -28,29 +28,11 @@ from pathlib import Path
 import torch
 
 from lab.checkpoint.export_hf import honour_umask_in, staged_folder, transformers_tokenizer
+from lab.checkpoint.fusion_order import projection_in_order, runtime_fusion_order
 from lab.checkpoint.mtp_families import family_refusal
 from lab.errors import require
 
 SHARD_SIZE = "2GB"
-
-
-def runtime_fusion_order(hf_config) -> str:
-    """What transformers' MtpLayer concatenates: [hidden, embedding] under `mtp_hidden_states_first`, else [embedding, hidden]."""
-    return "he" if getattr(hf_config.get_text_config(), "mtp_hidden_states_first", False) else "eh"
-
-
-def swap_fusion_columns(weight: torch.Tensor) -> torch.Tensor:
-    """[d, 2d] → [d, 2d] with the two d-wide column blocks exchanged (he ↔ eh)."""
-    d = weight.shape[0]
-    require(tuple(weight.shape) == (d, 2 * d), "eh_proj", f"fusion weight must have shape [d, 2d], got {tuple(weight.shape)}")
-    return torch.cat([weight[:, d:], weight[:, :d]], dim=-1)  # [d, 2d]
-
-
-def projection_in_order(weight: torch.Tensor, have: str, want: str) -> torch.Tensor:
-    """The 2d→d projection with its columns in order `want`, from columns in order `have` (both declared)."""
-    for name, order in (("have", have), ("want", want)):
-        require(order in ("he", "eh"), "mtp_fusion_order", f"declare the fusion order: he or eh (got {order!r} for {name})")
-    return weight if have == want else swap_fusion_columns(weight)
 
 
 def check_exportable(model) -> None:

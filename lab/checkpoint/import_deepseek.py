@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from lab.checkpoint.deepseek_layout import LayoutReport, inspect_layout
-from lab.checkpoint.export_deepseek import projection_in_order, runtime_fusion_order
+from lab.checkpoint.fusion_order import projection_in_order, runtime_fusion_order
 from lab.checkpoint.mtp_families import family_refusal
 from lab.model.hf_weights import load_report_problem, tensor_table
 

@@ -1,4 +1,5 @@
-"""`lab-export --check DIR`: the two gates of a DeepSeek-layout folder (M7.6 §0x07D), reported apart."""
+"""`lab-export --check DIR`: the loader's verdict on a DeepSeek-layout folder, its two gates (M7.6 §0x07D) reported apart.
+The damaged-release cases (each refused alike by --check and every loader) are tests/test_release_suite.py's."""
 
 from __future__ import annotations
 
@@ -6,10 +7,9 @@ import json
 import subprocess
 
 import pytest
-import torch
-from safetensors.torch import load_file, save_file
 
-from lab.checkpoint.deepseek_layout import check_main, inspect_layout
+from lab.checkpoint.check_release import check_main
+from lab.checkpoint.deepseek_layout import inspect_layout
 from lab.checkpoint.export import main as lab_export
 from tests.cli import SUBPROCESS_TIMEOUT
 from tests.deepseek_fixtures import write_deepseek_release
@@ -36,21 +36,11 @@ def test_a_complete_release_passes_both_gates_and_says_its_fusion_order(complete
     assert len(list(complete.glob("model-*.safetensors"))) > 1 and (complete / "model.safetensors.index.json").is_file()
     code, lines = run_check(complete, capsys)
     assert code == 0
-    assert lines[0] == f"{complete}: deepseek_v3, 2 main layers, num_nextn_predict_layers=2 (MTP layer ids 2..3)"
-    assert lines[1].startswith("target-only completeness: PASS")
-    assert lines[2] == "MTP completeness: PASS"
-    assert lines[3] == "fusion order: eh — the deepseek_v3 loaders' convention (transformers 5.24, vLLM)"
-    assert lines[4:] == [f"MTP layer 2: {BLOCK_KEYS + OWN_KEYS}/{BLOCK_KEYS + OWN_KEYS} keys", f"MTP layer 3: {BLOCK_KEYS + OWN_KEYS}/{BLOCK_KEYS + OWN_KEYS} keys"]
-
-
-def test_one_missing_mtp_key_fails_only_the_mtp_gate_and_is_named(tmp_path, capsys):
-    folder = write_deepseek_release(tmp_path / "r", depth=1, drop=("model.layers.2.eh_proj.weight",))
-    code, lines = run_check(folder, capsys)
-    assert code == 1
-    assert lines[1].startswith("target-only completeness: PASS")
-    assert lines[2] == "MTP completeness: FAIL (MTP layer 2 lacks model.layers.2.eh_proj.weight)"
-    total = BLOCK_KEYS + OWN_KEYS
-    assert lines[4] == f"MTP layer 2: {total - 1}/{total} keys; missing model.layers.2.eh_proj.weight"
+    assert lines == [f"{complete}: deepseek_v3, 2 main layers, num_nextn_predict_layers=2 (MTP layer ids 2..3)",
+                     "target-only completeness: PASS (every main weight loads; none quantised)",
+                     "MTP completeness: PASS (transformers' MTP loader reads every MTP weight; the harness's depths take them)",
+                     "fusion order: eh — what transformers' MtpLayer concatenates for deepseek_v3 (mtp_hidden_states_first=False)",
+                     f"MTP layer 2: {BLOCK_KEYS + OWN_KEYS} keys", f"MTP layer 3: {BLOCK_KEYS + OWN_KEYS} keys"]
 
 
 def test_a_release_without_layer_n_loads_as_a_target_and_fails_as_a_proposer(tmp_path, capsys):
@@ -58,58 +48,38 @@ def test_a_release_without_layer_n_loads_as_a_target_and_fails_as_a_proposer(tmp
     folder = write_deepseek_release(tmp_path / "r", depth=1, drop_layers=(2,))
     code, lines = run_check(folder, capsys)
     assert code == 1
-    assert lines[1].startswith("target-only completeness: PASS (2 main layers load (transformers DeepseekV3ForCausalLM) and generate [")
+    assert lines[1].startswith("target-only completeness: PASS")
     assert lines[2] == "MTP completeness: FAIL (MTP layer 2 (model.layers.2.*) is missing entirely)"
-    assert lines[4].startswith(f"MTP layer 2: 0/{BLOCK_KEYS + OWN_KEYS} keys; missing model.layers.2.")
+    assert lines[4] == "MTP layer 2: 0 keys"
 
 
-def test_a_missing_main_key_fails_the_target_gate(tmp_path, capsys):
+def test_a_missing_main_key_fails_the_target_gate_and_the_mtp_gate_is_not_reached(tmp_path, capsys):
     folder = write_deepseek_release(tmp_path / "r", depth=1, drop=("model.layers.0.mlp.up_proj.weight",))
     code, lines = run_check(folder, capsys)
-    assert code == 1 and lines[1] == "target-only completeness: FAIL (the main model lacks model.layers.0.mlp.up_proj.weight)"
-    assert lines[2] == "MTP completeness: PASS"
-
-
-def test_quantized_looking_eh_proj_and_misshaped_keys_are_reported(tmp_path, capsys):
-    folder = write_deepseek_release(tmp_path / "r", depth=1, dtypes={"model.layers.2.eh_proj.weight": torch.float8_e4m3fn})
-    code, lines = run_check(folder, capsys)
-    assert "dtype anomaly: model.layers.2.eh_proj.weight is float8_e4m3fn while the main layers' weights are float32 " \
-           "(quantized-looking: needs its scales and a loader that knows them)" in lines
-    assert code == 0  # present with the right shape: reported, not a failed gate
-
-    folder = write_deepseek_release(tmp_path / "s", depth=1)
-    index = json.loads((folder / "model.safetensors.index.json").read_text())
-    index["metadata"] = {}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    report = inspect_layout(folder, load_target=False)
-    assert report.mtp_ok  # the index alone changes nothing
-
-    shard = index["weight_map"]["model.layers.2.eh_proj.weight"]
-    tensors = load_file(folder / shard)
-    tensors["model.layers.2.eh_proj.weight"] = tensors["model.layers.2.eh_proj.weight"][:, :32].contiguous()  # [d, d]: half the columns
-    save_file(tensors, folder / shard, metadata={"format": "pt"})
-    report = inspect_layout(folder, load_target=False)
-    assert not report.mtp_ok
-    assert report.first_mtp_problem == "MTP layer 2: model.layers.2.eh_proj.weight has shape (32, 32) where (32, 64) is needed"
+    assert code == 1 and lines[1:] == [
+        f"target-only completeness: FAIL (model.path: {folder}: transformers reports 1 weight(s) missing (would be freshly initialised): "
+        "model.layers.0.mlp.up_proj.weight)", "MTP completeness: not checked (the main model does not load)"]
 
 
 def test_layer_ids_reconcile_with_num_nextn_predict_layers(tmp_path, capsys):
-    """Keys of a layer N + D (one more than the config declares) fail MTP completeness; so does D = 0."""
+    """Keys of a layer N + D (one more than the config declares) are unexpected to the main model; D = 0 declares no MTP layer."""
     folder = write_deepseek_release(tmp_path / "r", depth=2)
     config = json.loads((folder / "config.json").read_text())
     config["num_nextn_predict_layers"] = 1
     (folder / "config.json").write_text(json.dumps(config))
-    report = inspect_layout(folder, load_target=False)
-    assert report.mtp_layer_ids == [2] and report.stray_layers == [3] and not report.mtp_ok
-    assert report.first_mtp_problem == "layer ids [3] hold keys beyond N + D − 1 = 2 (num_nextn_predict_layers=1)"
+    report = inspect_layout(folder)
+    assert report.mtp_layer_ids == [2] and report.held == {2: BLOCK_KEYS + OWN_KEYS, 3: BLOCK_KEYS + OWN_KEYS}
+    code, lines = run_check(folder, capsys)
+    assert code == 1 and "weight(s) unexpected: model.layers.3." in lines[1]
     config["num_nextn_predict_layers"] = 0
     (folder / "config.json").write_text(json.dumps(config))
-    assert inspect_layout(folder, load_target=False).first_mtp_problem.startswith("config.json declares no MTP layers")
+    assert inspect_layout(folder).first_mtp_problem.startswith("config.json declares no MTP layers")
 
 
 def test_cli_check_exit_codes_and_one_line_refusals(complete, tmp_path):
     ok = subprocess.run(["lab-export", "--check", str(complete)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert ok.returncode == 0 and "MTP completeness: PASS" in ok.stdout, ok.stderr[-2000:]
+    assert ok.stderr.strip() == ""  # transformers' load report is the gate lines, not a table on stderr
     broken = write_deepseek_release(tmp_path / "broken", depth=1, drop_layers=(2,))
     failed = subprocess.run(["lab-export", "--check", str(broken)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert failed.returncode == 1 and "MTP completeness: FAIL (MTP layer 2 (model.layers.2.*) is missing entirely)" in failed.stdout

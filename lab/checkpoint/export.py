@@ -35,6 +35,7 @@ from lab.errors import ConfigError, require
 from lab.checkpoint.files import honour_umask
 from lab.checkpoint.base_model import base_state_keys, check_same_base, with_base_weights
 from lab.checkpoint.export_hf import check_out_folder
+from lab.model.hf_weights import audit_folder
 from lab.model.mtp import MTPModel, build_model
 
 RELEASE_FORMAT = 1
@@ -193,6 +194,7 @@ def load_release(folder: str | os.PathLike) -> MTPModel:
     base = config.get("base")
     if base is not None:
         check_same_base(base, model)
+    audit_folder(folder, next(model.parameters()).dtype)  # no quantised tensor cast quietly, float casts said
     load_release_state(model, load_file(folder / "model.safetensors"), fixed_base_keys(model) if base is not None else set())
     return model.eval()
 
@@ -234,13 +236,13 @@ def write_medusa_folder(args) -> None:
 
 
 def write_deepseek_layout(args) -> None:
-    from lab.checkpoint.deepseek_layout import report_lines
+    from lab.checkpoint.check_release import report_lines
     from lab.checkpoint.export_deepseek import export_deepseek
 
     check_out_folder(Path(args.out))
     checkpoint = load_checkpoint(args.ckpt)
-    report = export_deepseek(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
-    print("\n".join(report_lines(report)))
+    verdict = export_deepseek(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
+    print("\n".join(report_lines(verdict.report, None, verdict.mtp_problem, verdict.fusion_line)))
 
 
 # `--format` → the writer of that layout
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         if args.check is not None:
-            from lab.checkpoint.deepseek_layout import check_main
+            from lab.checkpoint.check_release import check_main
 
             sys.exit(check_main(args.check))
         require(args.ckpt is not None, "CKPT", "give the checkpoint to export (or --check DIR)")

@@ -3,19 +3,21 @@
 The trunk's own weights and config (LoRA merged), plus depth d (1..D) as `model.layers.{N+d-1}.*`:
 
     enorm        ← the depth's embed_norm          hnorm             ← its hidden_norm
-    eh_proj      ← its proj, columns in `eh` order (the family's loaders concatenate [embedding, hidden]; a head trained
-                   with `he` has its two column blocks swapped — never its inputs reinterpreted)
-    the block    ← its native decoder layer (head.block=native: the same keys as a main layer)
+    eh_proj      ← its proj, columns in the order transformers' MtpLayer runs for the family (`mtp_hidden_states_first`:
+                   [hidden, embedding], else [embedding, hidden]); a head trained in the other order has its two column
+                   blocks swapped — never its inputs reinterpreted, never a flag written that the runtime ignores
+    the block    ← its native decoder layer, built as the family's MTP layer kind (head.block=native)
     shared_head.norm / shared_head.head / embed_tokens ← the trunk's final norm, lm_head and embedding (copies on
                    disk of what the harness aliases)
 
-config.json gets `num_nextn_predict_layers` = D and `mtp_fusion_order: eh` (the declaration lab-export --check and the
-importer read). Shards with an index, the tokenizer beside them; written to a temporary folder, checked with
-`--check`'s two gates, then renamed.
+config.json gets `num_nextn_predict_layers` = D and `mtp_fusion_order` = the runtime's order (the declaration the
+importer checks). Shards with an index, the tokenizer beside them, files with the user's umask; written to a
+temporary folder, read back by the very loader `--check` runs (it must pass both gates), then renamed.
 
-What the family runs must be what the heads learned, else the export refuses in one line: transformers 5.24 feeds
-MTP layer N the post-final-norm state (head.hidden_input=post_norm) and, for D ≥ 2, passes each depth's output on
-after its shared_head.norm (head.chain_state=normed); neither is a weight conversion.
+What the family runs must be what the heads learned, else the export refuses in one line: the family must be a
+round-trip family of the table (lab/checkpoint/mtp_families.py); transformers feeds MTP layer N the
+post-final-norm state (head.hidden_input=post_norm) and, for D ≥ 2, passes each depth's output on after its
+shared_head.norm (head.chain_state=normed); neither is a weight conversion.
 """
 
 from __future__ import annotations
@@ -25,25 +27,12 @@ from pathlib import Path
 
 import torch
 
-from lab.checkpoint.export_hf import staged_folder, transformers_tokenizer
+from lab.checkpoint.export_hf import honour_umask_in, staged_folder, transformers_tokenizer
+from lab.checkpoint.fusion_order import projection_in_order, runtime_fusion_order
+from lab.checkpoint.mtp_families import family_refusal
 from lab.errors import require
 
-TARGET_ORDER = "eh"  # transformers' MtpLayer and vLLM's DeepSeek MTP: cat([enorm(embedding), hnorm(hidden)])
 SHARD_SIZE = "2GB"
-
-
-def swap_fusion_columns(weight: torch.Tensor) -> torch.Tensor:
-    """[d, 2d] → [d, 2d] with the two d-wide column blocks exchanged (he ↔ eh)."""
-    d = weight.shape[0]
-    require(tuple(weight.shape) == (d, 2 * d), "eh_proj", f"fusion weight must have shape [d, 2d], got {tuple(weight.shape)}")
-    return torch.cat([weight[:, d:], weight[:, :d]], dim=-1)  # [d, 2d]
-
-
-def projection_in_order(weight: torch.Tensor, have: str, want: str) -> torch.Tensor:
-    """The 2d→d projection with its columns in order `want`, from columns in order `have` (both declared)."""
-    for name, order in (("have", have), ("want", want)):
-        require(order in ("he", "eh"), "mtp_fusion_order", f"declare the fusion order: he or eh (got {order!r} for {name})")
-    return weight if have == want else swap_fusion_columns(weight)
 
 
 def check_exportable(model) -> None:
@@ -53,6 +42,8 @@ def check_exportable(model) -> None:
     config = model.trunk.hf.config.get_text_config()
     require(hasattr(config, "num_mtp_layers"), "--format",
             f"model_type '{config.model_type}' declares no MTP layers in transformers (no num_nextn_predict_layers); families that do: deepseek_v3, glm4_moe, …")
+    refusal = family_refusal(config.model_type)
+    require(refusal is None, "--format", refusal or "")
     require(getattr(head_cfg, "block", "lab") == "native", "head.block",
             "the depth blocks are the harness's own; the layout stores the family's decoder layer (train with head.block=native)")
     require(head_cfg.hidden_input == "post_norm", "head.hidden_input",
@@ -81,7 +72,7 @@ def mtp_layer_state(model, n_main: int) -> dict[str, torch.Tensor]:
         state |= {prefix + key: value for key, value in module.block.state_dict().items()}
         state[prefix + "enorm.weight"] = module.embed_norm.weight
         state[prefix + "hnorm.weight"] = module.hidden_norm.weight
-        state[prefix + "eh_proj.weight"] = projection_in_order(module.proj.weight, head.cfg.fusion_order, TARGET_ORDER)
+        state[prefix + "eh_proj.weight"] = projection_in_order(module.proj.weight, head.cfg.fusion_order, runtime_fusion_order(trunk.hf.config))
         state[prefix + "shared_head.norm.weight"] = trunk.final_norm.weight
         state[prefix + "shared_head.head.weight"] = trunk.unembedding
         state[prefix + "embed_tokens.weight"] = trunk.embed.weight
@@ -95,10 +86,10 @@ def export_deepseek(checkpoint: dict, out: Path, model):
 
 
 def write_deepseek_folder(model, out: Path, tokenizer=None):
-    """Write `out` (all or nothing) from `model`; returns the `--check` report of what was written."""
+    """Write `out` (all or nothing) from `model`; returns the verdict of the loader `--check` runs on what was written."""
     from huggingface_hub import save_torch_state_dict
 
-    from lab.checkpoint.deepseek_layout import inspect_layout, report_lines
+    from lab.checkpoint.import_deepseek import load_deepseek_folder
 
     check_exportable(model)
     state, hf = trunk_state(model)
@@ -108,18 +99,19 @@ def write_deepseek_folder(model, out: Path, tokenizer=None):
         hf.config.save_pretrained(tmp)
         config = json.loads((tmp / "config.json").read_text())
         config.pop("num_mtp_layers", None)
-        config |= {"num_nextn_predict_layers": model.head.depth, "mtp_fusion_order": TARGET_ORDER}
+        config |= {"num_nextn_predict_layers": model.head.depth, "mtp_fusion_order": runtime_fusion_order(hf.config)}
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         save_torch_state_dict(state, tmp, max_shard_size=SHARD_SIZE)
         if not (tmp / "model.safetensors.index.json").is_file():  # one shard: the index is written anyway (the layout's)
             write_single_shard_index(tmp, state)
+        honour_umask_in(tmp)  # safetensors writes its files 0600
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        report = inspect_layout(tmp)
-        if not (report.target_ok and report.mtp_ok):
-            raise RuntimeError("export: the written folder fails its own gates: " + " | ".join(report_lines(report)[1:3]))
-    report.folder = out
-    return report
+        verdict = load_deepseek_folder(tmp)
+        if verdict.mtp_problem is not None:
+            raise RuntimeError(f"export: the written folder fails its own MTP gate: {verdict.mtp_problem}")
+    verdict.report.folder = out
+    return verdict
 
 
 def write_single_shard_index(folder: Path, state: dict[str, torch.Tensor]) -> None:

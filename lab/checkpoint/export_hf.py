@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from lab.checkpoint.files import honour_umask
 from lab.errors import ConfigError, require
 
 
@@ -55,7 +56,14 @@ def write_trunk_folder(checkpoint: dict, model, folder: Path) -> None:
         hf = merged_copy(model.trunk)
     with torch.no_grad():
         hf.save_pretrained(folder)
+    honour_umask_in(folder)  # safetensors writes its files 0600
     tokenizer.save_pretrained(folder)
+
+
+def honour_umask_in(folder: Path) -> None:
+    """Give the weight files a library wrote into `folder` the mode every other file gets (the umask's)."""
+    for path in folder.glob("*.safetensors"):
+        honour_umask(path)
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 
 from lab.errors import ConfigError, require
+from lab.model.hf_weights import audit_folder, load_checked, mtp_layer_keys
 from lab.model.native_layers import NativeLayers, attention_mask_for, layer_forward_flops, text_config
 from lab.model.trunk import AttentionContext, ModelConfig
 
@@ -118,8 +119,10 @@ def load_hf_model(cfg: HFModelConfig):
     transformers_logging.disable_progress_bar()  # a per-tensor loading bar on every start: the console line says enough
     config = load_hf_config(cfg)
     options = dict(dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation)
-    if cfg.path is not None:
-        model = AutoModelForCausalLM.from_pretrained(Path(cfg.path).expanduser(), local_files_only=True, **options)
+    if cfg.path is not None:  # every weight from the folder, none quantised, casts said (lab/model/hf_weights.py)
+        folder = Path(cfg.path).expanduser()
+        audit_folder(folder, options["dtype"])
+        model = load_checked(AutoModelForCausalLM, folder, left_over=mtp_layer_keys(config), **options)
     else:
         model = AutoModelForCausalLM.from_config(config, **options)
     return model

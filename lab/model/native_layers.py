@@ -62,6 +62,30 @@ def fresh_layer_config(hf_config, n_layers: int):
     return config
 
 
+def mtp_overrides(hf_config) -> dict:
+    """What the family's MTP config (transformers' `get_mtp_config`) changes for an MTP layer: scalars as they are
+    (deepseek_v3's first_k_dense_replace = 0: MTP layers are MoE even after an all-dense trunk), per-layer lists as
+    the trunk's entries followed by the MTP layers'. {} for a family without MTP layers."""
+    text = text_config(hf_config)
+    if getattr(text, "num_mtp_layers", None) is None:
+        return {}
+    try:
+        mtp = hf_config.get_mtp_config()
+    except ValueError:  # per-layer kinds the family leaves undeclared for its MTP layers
+        return {}
+    n_main, overrides = text.num_hidden_layers, {}
+    for name, value in vars(mtp).items():
+        before = getattr(text, name, None)
+        if name in ("num_hidden_layers", "per_layer_config") or name.startswith("_") or value == before:
+            continue
+        if isinstance(value, list):
+            if isinstance(before, list):
+                overrides[name] = before[:n_main] + value  # layer_idx N + d − 1 reads MTP entry d − 1
+        else:
+            overrides[name] = value
+    return overrides
+
+
 def native_decoder_layer(hf_config, layer_idx: int) -> nn.Module:
     """The family's decoder layer with index `layer_idx` (≥ num_hidden_layers for a head), built from `hf_config`.
 
@@ -112,14 +136,24 @@ class NativeLayers:
         return decoder_layer_class(self.model_config)  # resolved on first use: head.block=lab never needs it
 
     @cached_property
+    def mtp_overrides(self) -> dict:
+        return mtp_overrides(self.model_config)
+
+    @cached_property
     def arguments_taken(self) -> set[str]:
         return set(inspect.signature(self.layer_class.forward).parameters)
 
-    def build(self, index: int) -> nn.Module:
-        """Head layer number `index` (0-based among the head's layers): layer_idx = num_hidden_layers + index."""
+    def build(self, index: int, mtp: bool = False) -> nn.Module:
+        """Head layer number `index` (0-based among the head's layers): layer_idx = num_hidden_layers + index.
+        `mtp`: of the kind the family builds for its MTP layer `index` (mtp_overrides), not of the last trunk layer's."""
         layer_idx = self.first_index + index
-        extend_per_layer_lists(self.config, layer_idx + 1)
-        layer = self.layer_class(self.config, layer_idx)
+        config = self.config
+        if mtp and self.mtp_overrides:
+            config = copy.deepcopy(self.config)
+            for name, value in self.mtp_overrides.items():
+                setattr(config, name, value)
+        extend_per_layer_lists(config, layer_idx + 1)
+        layer = self.layer_class(config, layer_idx)
         layer.apply(self.init_weights)
         return layer.to(self.dtype)
 

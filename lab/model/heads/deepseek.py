@@ -55,7 +55,7 @@ class DepthModule(nn.Module):
         self.embed_norm = RMSNorm(d, model_cfg.norm_eps)
         self.proj = nn.Linear(2 * d, d, bias=False)
         self.native = native
-        self.block = Block(model_cfg) if native is None else native.build(index)
+        self.block = Block(model_cfg) if native is None else native.build(index, mtp=True)  # the family's MTP layer kind
 
     def forward(self, previous: torch.Tensor, teacher: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         parts = (self.hidden_norm(previous), self.embed_norm(teacher))  # 2 × [B, S-d, d]

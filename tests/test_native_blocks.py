@@ -110,7 +110,11 @@ def one_document(tokens: list[int]) -> dict:
 def test_cached_native_steps_equal_full_forwards_with_rollbacks(head):
     """Each cached target pass (provisional rows, then a commit or a discard) gives the logits of a no-cache
     forward over the same sequence, for the next token and every draft horizon (float64)."""
-    model = native_model("llama", HEADS[head]).double().eval()
+    assert_cached_steps_equal_full_forwards(native_model("llama", HEADS[head]).double().eval())
+
+
+def assert_cached_steps_equal_full_forwards(model) -> None:
+    """Seven cached passes with commits and rollbacks (tests/test_moe_models.py runs it on MoE trunks)."""
     g = torch.Generator().manual_seed(1)
     state = CachedModel(model)
     committed: list[int] = []
@@ -137,7 +141,12 @@ def test_cached_native_steps_equal_full_forwards_with_rollbacks(head):
 
 
 def test_native_deepseek_draft_steps_equal_teacher_forced_forwards():
-    model = native_model("llama", HEADS["deepseek"]).double().eval()
+    assert_draft_chain_equals_teacher_forced_forwards(native_model("llama", HEADS["deepseek"]).double().eval())
+
+
+def assert_draft_chain_equals_teacher_forced_forwards(model) -> None:
+    """Each draft step of a D=2 chain (its depth modules' own caches, rounds of 1..3 kept rows) gives the logits of
+    that depth in a no-cache forward over the same path (tests/test_moe_models.py runs it with MoE depth modules)."""
     state = CachedModel(model)
     chain = DeepSeekChain(state, draft_steps=2)
     greedy = TokenChooser(0.0, None, None)

@@ -25,6 +25,7 @@ import torch.nn as nn
 
 from lab.errors import ConfigError, require
 from lab.model.hf_weights import audit_folder, load_checked, mtp_layer_keys
+from lab.model.moe import check_expert_counts, router_config
 from lab.model.native_layers import NativeLayers, attention_mask_for, layer_forward_flops, text_config
 from lab.model.trunk import AttentionContext, ModelConfig
 
@@ -48,6 +49,7 @@ class HFModelConfig:
     dtype: str = "float32"
     attn_implementation: str = "sdpa"
     vocab_size: int | None = None  # null: the model's own; a number must equal it
+    router: dict | None = None  # MoE balancing options (lab/model/moe.py RouterConfig); null: both off
 
     def validate(self) -> None:
         given = [f for f in ("path", "config", "config_file") if getattr(self, f) is not None]
@@ -58,6 +60,7 @@ class HFModelConfig:
                 f"'{self.attn_implementation}' cannot take the packed rows' 4-D document-causal mask; allowed: "
                 + ", ".join(ATTENTION_IMPLEMENTATIONS))
         require(self.config is None or isinstance(self.config, dict), "model.config", "must be a mapping with a model_type")
+        router_config(self.router)  # its fields' own checks (an MoE model is checked once built)
 
     @property
     def weights_from_path(self) -> bool:
@@ -99,6 +102,7 @@ def load_hf_config(cfg: HFModelConfig):
             raise ConfigError(where, f"transformers cannot build model_type '{model_type}': {str(error).splitlines()[0]}") from None
     require(type(config) in MODEL_FOR_CAUSAL_LM_MAPPING, where,
             f"model_type '{config.model_type}' is not a causal LM (AutoModelForCausalLM has no class for it)")
+    check_expert_counts(text_config(config), where)
     return config
 
 

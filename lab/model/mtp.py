@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from lab.errors import require
 from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class, head_config
 from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_tokenizer_fits
+from lab.model.moe import check_router_options, router_config, router_places
 from lab.model.trunk import ModelConfig, Trunk
 from lab.schema import typed
 
@@ -127,6 +128,8 @@ class MTPModel(nn.Module):
 
             add_lora_adapters(self.trunk, head_cfg.lora)
         check_alias_contract(self)
+        if isinstance(model_cfg, HFModelConfig):
+            check_router_options(router_config(model_cfg.router), router_places(self), self.trunk.hf.config.model_type)
 
     @property
     def has_hf_trunk(self) -> bool:

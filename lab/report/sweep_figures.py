@@ -17,6 +17,7 @@ from matplotlib.patches import Patch
 from lab.model.heads import display_rank
 from lab.report.plotting import color, figure, save_png, short, style_map
 from lab.report.records import finite
+from lab.report.router_figures import expert_load_heatmaps
 from lab.report.spikes import find_spikes, robust_range
 from lab.report.table import Variant
 
@@ -495,6 +496,8 @@ REPORT_FIGURES = (
     ("grad_cosine.png", grad_cosine_heatmaps, "Gradient cosine between horizons"),
     ("effective_weights.png", effective_weights_by_policy, "Effective horizon weights by policy"),
     ("logit_memory.png", logit_memory_by_schedule, "Logit memory by schedule"),
+    ("expert_load.png", expert_load_heatmaps, "Expert load (load / mean load) by layer × expert, trunk layers and MTP depths side by side "
+     "(MoE runs)"),
 )
 
 

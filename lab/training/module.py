@@ -32,6 +32,7 @@ from lab.objective import Progress, evaluate_horizons
 from lab.objective.objective import Objective, typed
 from lab.training.optim import OptimConfig, build_optimizer, matrix_parameters
 from lab.training.sharding import clip_gradient_norm
+from lab.training.router_balance import build_router_balance
 from lab.training.step import StepOutputs, StepProbe, train_step
 
 
@@ -64,6 +65,7 @@ class MTPLitModule(pl.LightningModule):
         self.model = build_model(model, head)
         if compiled:
             compile_units(self.model)
+        self.router_balance = build_router_balance(self.model)  # None unless model.router is on (an MoE model)
         self.matrix_parameters = matrix_parameters(self.model)  # before any FSDP wrapping (lab/optim.py)
         self.objective = Objective.build(reduction, weights, schedule, k=self.model.k, objective=objective)
         self.init_from: dict | None = None  # the parent's record when the weights came from `init_from` (manifest)
@@ -97,7 +99,7 @@ class MTPLitModule(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         outputs = train_step(self.model, self.objective, batch, self.progress(), LightningOptimization(self),
-                             probes=self.step_probes, measure_memory=self.measures_memory())
+                             probes=self.step_probes, measure_memory=self.measures_memory(), router_balance=self.router_balance)
         self.consumed_tokens += outputs.tokens
         if logs_this_step(self._trainer):  # self.log costs; steps whose values no logger receives skip it
             self.log("train/objective", outputs.loss.to(torch.float32), prog_bar=True, on_step=True, on_epoch=False, batch_size=1)

@@ -23,6 +23,7 @@ from lab.objective.logit_bytes import logit_bytes
 from lab.objective.memory import SavedTensorMeter
 from lab.objective.objective import Objective, ScheduleConfig
 from lab.objective.weights import Progress
+from lab.training.router_balance import RouterBalance
 
 
 class StepProbe(Protocol):
@@ -84,6 +85,7 @@ class StepOutputs:
     vocab_size: int
     logit_element_bytes: int
     active_horizons: int = 0  # horizons 1..n this step ran (the rest had λ = 0 for good and were skipped); 0: all K
+    router_loss: Tensor | None = None  # [] α·Σ f_i P_i added to the step's loss (model.router.balance_loss_alpha); None: off
 
     @property
     def logits_live_bytes(self) -> int:
@@ -122,15 +124,18 @@ def train_step(
     *,
     probes: Sequence[StepProbe] = (),
     measure_memory: bool = False,
+    router_balance: RouterBalance | None = None,
 ) -> StepOutputs:
-    """One optimizer step on `batch`; `measure_memory` turns the saved-tensor meter on for this step."""
+    """One optimizer step on `batch`; `measure_memory` turns the saved-tensor meter on for this step;
+    `router_balance` (model.router on an MoE model) adds the balance loss and moves the routers' biases."""
     optimization.zero_grad()
     meter = SavedTensorMeter(exclude=model.parameters()) if measure_memory else contextlib.nullcontext()
     head = model.head
     # Horizons whose λ is 0 for the rest of training are skipped (blocks, projection, loss); probes
     # (gradient diagnostics) measure every horizon, so a step with probes runs them all.
     live = head.k if probes else objective.live_horizons(progress)
-    with meter:
+    recording = router_balance.recording() if router_balance is not None else contextlib.nullcontext()
+    with meter, recording:
         # 1. Forward: one Horizon (d-wide rows, labels, mask, projection) per predicted offset, horizons 1..live.
         horizons = objective.training_targets(model(batch, live))
         # 2. Coefficients c_k from the valid counts (all-reduced for count_scope=global) and λ(progress).
@@ -147,6 +152,9 @@ def train_step(
         root, stats = objective.backward_schedule.run(horizons, applied[:live])  # stats: [live] per horizon
         if live < head.k:
             root = root + touch_every_parameter(model, root)
+        router_loss = router_balance.loss(batch) if router_balance is not None else None
+        if router_loss is not None:
+            root = root + router_loss.to(root)  # the balance loss trains the routers alongside the objective
         # 5. The loss over ranks; a non-finite one stops the run before any Parameter gradient exists.
         #    The step's one host sync: the finiteness check and the token count in one transfer.
         loss, global_sums = objective.loss(padded(stats.loss_sums, head.k), coeffs)
@@ -159,6 +167,8 @@ def train_step(
         optimization.backward(root)
     # 7. Clip, optimizer step, LR schedule step.
     optimization.update()
+    if router_balance is not None:
+        router_balance.update_bias(batch)  # 8. the selection biases move by ±γ from this step's loads
     return StepOutputs(
         loss=loss.detach(),
         loss_sums=global_sums,
@@ -174,4 +184,5 @@ def train_step(
         vocab_size=horizons[0].weight.shape[0],
         logit_element_bytes=horizons[0].hidden.element_size(),
         active_horizons=live,
+        router_loss=None if router_loss is None else router_loss.detach(),
     )

@@ -71,6 +71,12 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         from lab.checkpoint.init_from import load_parent_weights
 
         module.init_from = load_parent_weights(module.model, str(cfg.init_from), datamodule.tokenizer_identity)
+    if cfg.get("hidden_cache"):  # after init_from: the cache holds the states of the weights that train
+        from lab.training.hidden_cache import train_from_hidden_cache
+
+        cache = train_from_hidden_cache(datamodule, module.model, Path(cfg.paths.cache_dir) / "hidden")
+        if record is not None:
+            record.update(hidden_cache=cache)
     if record is not None:
         cost = cost_table(module.model, int(cfg.data.seq_len))
         print("cost:\n" + format_cost_table(cost))

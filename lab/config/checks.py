@@ -84,6 +84,28 @@ def check_config(cfg: DictConfig) -> None:
     require(not (objective or {}).get("teacherless") or hasattr(data, "task"), "objective.teacherless",
             f"needs a synthetic task (data=star_graph|induction), the only data with answers; got data.source={cfg.data.get('source')}")
     check_horizons_fit(head.k, data.seq_len, head.offsets)
+    check_hidden_cache(cfg, head.trunk_grad)
+
+
+# Precisions under which a live step computes the trunk's states as the cache does (no autocast, no cast model).
+CACHE_PRECISIONS = ("32-true", "32")
+
+
+def check_hidden_cache(cfg: DictConfig, trunk_grad: str) -> None:
+    """`hidden_cache=true` replaces the trunk's run by stored states: only for a trunk that never changes,
+    on indexed rows, at the precision the states were computed in."""
+    enabled = cfg.get("hidden_cache", False)
+    require(isinstance(enabled, bool), "hidden_cache", f"must be true or false, got {enabled!r}")
+    if not enabled:
+        return
+    require(trunk_grad == "frozen", "hidden_cache",
+            f"stores the states of a trunk that never changes; needs head.trunk_grad=frozen, got {trunk_grad}")
+    require(not cfg.data.get("streaming", False), "hidden_cache",
+            "caches an indexed training split row by row; data.streaming=true has none (set data.streaming=false)")
+    precision = str(cfg.trainer.get("precision", "32-true"))
+    require(precision in CACHE_PRECISIONS, "hidden_cache",
+            f"trainer.precision={precision} would compute the live trunk differently from the cache; allowed: "
+            f"{', '.join(CACHE_PRECISIONS)} (for bfloat16 set model.dtype=bfloat16: the cache then holds bfloat16 states)")
 
 
 def check_run_config(cfg: DictConfig) -> None:

@@ -22,6 +22,19 @@ class RowsDataModule(pl.LightningDataModule):
     def streaming(self) -> bool:
         return bool(getattr(self.config, "streaming", False))
 
+    @property
+    def training_rows(self):
+        """The rows training batches come from: `train_rows`, or what `train_from` put in their place."""
+        replaced = getattr(self, "_training_rows", None)
+        return self.train_rows if replaced is None else replaced
+
+    def train_from(self, rows) -> None:
+        """Training batches from `rows`: the training rows in the same order with more columns (e.g. the frozen
+        trunk's hidden states, lab/training/hidden_cache.py); validation keeps `val_rows`."""
+        require(not self.streaming and len(rows) == len(self.train_rows), "data.streaming",
+                "training rows can only be replaced row for row on an indexed (non-streaming) split")
+        self._training_rows = rows
+
     # ------------------------------------------------------------ Lightning hooks
 
     def prepare_data(self) -> None:
@@ -37,10 +50,10 @@ class RowsDataModule(pl.LightningDataModule):
         if self.streaming:
             return self._loader(self.train_rows.resumed_at(step), sampler=None, drop_last=False)
         sampler = ResumableSampler(
-            self.train_rows, seed=self.config.seed, batch_size=self.config.batch_size, shuffle=self.config.shuffle
+            self.training_rows, seed=self.config.seed, batch_size=self.config.batch_size, shuffle=self.config.shuffle
         )
         sampler.resume_at(step)
-        return self._loader(self.train_rows, sampler=sampler, drop_last=True)
+        return self._loader(self.training_rows, sampler=sampler, drop_last=True)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_rows, sampler=self._validation_sampler(), drop_last=False)

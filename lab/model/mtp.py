@@ -152,10 +152,19 @@ class MTPModel(nn.Module):
     def forward(self, batch: dict, n_horizons: int | None = None) -> list[Horizon]:
         """Horizons 1..K, or only the first `n_horizons` (the others' blocks and projections never run)."""
         ctx = self.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
-        hidden = self.trunk(input_tokens(batch), ctx)  # [B, S, d]
+        hidden = self.trunk_output(batch, ctx)  # [B, S, d]
         if n_horizons is None or n_horizons >= self.k:
             return self.head(hidden, batch, ctx, self.shared_parts())  # a head written without skipping support works too
         return self.head(hidden, batch, ctx, self.shared_parts(), n_horizons)
+
+    def trunk_output(self, batch: dict, ctx) -> torch.Tensor:
+        """[B, S, d] the trunk's hidden state: run, or read from the batch when a hidden-state cache supplies
+        it (`trunk_hidden`, lab/training/hidden_cache.py; a frozen trunk only, whose state no step changes)."""
+        if "trunk_hidden" not in batch:
+            return self.trunk(input_tokens(batch), ctx)  # [B, S, d]
+        require(self.head_cfg.trunk_grad == "frozen", "hidden_cache",
+                f"a batch with cached trunk states needs head.trunk_grad=frozen, got {self.head_cfg.trunk_grad}")
+        return batch["trunk_hidden"]  # [B, S, d]
 
     def horizon_logits(self, k: int, rows: torch.Tensor) -> torch.Tensor:
         """[..., d] rows of horizon k (before the final norm) -> [..., V] logits."""

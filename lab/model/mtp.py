@@ -120,6 +120,8 @@ class MTPModel(nn.Module):
         self.model_cfg, self.head_cfg = model_cfg, head_cfg
         self.trunk = build_trunk(model_cfg, head_cfg)
         self.head = head_class(head_cfg.name)(head_cfg, self.trunk.cfg)  # head blocks take the trunk's width and heads
+        # model.dtype (a bf16 HF trunk): head-private weights compute in the trunk's precision, before any copy into them
+        self.head.to(dtype=self.trunk.unembedding.dtype)
         self.head.initialize(self.trunk)
         if head_cfg.trunk_grad == "frozen":
             freeze_trunk(self)

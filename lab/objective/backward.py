@@ -40,8 +40,17 @@ def supervised_rows(horizon) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def project(rows: torch.Tensor, norm, norm_weight: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """[N, d] -> [N, V] logits through the final norm (`norm` with `norm_weight` in place) and the projection."""
-    return F.linear(norm.normalize(rows, norm_weight), weight)  # [N, V]
+    """[N, d] -> [N, V] logits through the final norm (`norm` with `norm_weight` in place) and the projection.
+
+    The projection runs in the model's dtype; the logits come out at least float32, so a bf16 model's
+    losses, log-probabilities and hits are float32 (float64 models stay float64)."""
+    logits = F.linear(norm.normalize(rows, norm_weight), weight)  # [N, V]
+    return logits.to(loss_dtype(logits.dtype))
+
+
+def loss_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype losses are computed in: float32, or the model's own when it is wider (float64 exactness tests)."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def horizon_loss(rows, labels, horizon, norm_weight=None, weight=None):
@@ -124,11 +133,12 @@ class ChunkedSchedule(SequentialSchedule):
         self.options = LinearCrossEntropyOptions(batch_chunk_size=chunk_rows, chunking_method=None)
 
     def horizon_sum(self, leaf_rows, labels, horizon, norm_leaf, weight_leaf):
+        wide = loss_dtype(leaf_rows.dtype)  # a bf16 model's fused projection + CE runs in float32 (its loss is float32)
         if labels.numel() == 0:
-            return (leaf_rows.sum() + 0.0 * norm_leaf.sum() + 0.0 * weight_leaf.sum()), None
-        normed = horizon.norm.normalize(leaf_rows, norm_leaf)  # [N_k, d]
+            return (leaf_rows.sum() + 0.0 * norm_leaf.sum() + 0.0 * weight_leaf.sum()).to(wide), None
+        normed = horizon.norm.normalize(leaf_rows, norm_leaf).to(wide)  # [N_k, d]
         options = self.options if torch.is_grad_enabled() and leaf_rows.requires_grad else None
-        return F.linear_cross_entropy(normed, weight_leaf, labels, reduction="sum", options=options), None
+        return F.linear_cross_entropy(normed, weight_leaf.to(wide), labels, reduction="sum", options=options), None
 
 
 BACKWARD_SCHEDULES = {"joint": JointSchedule, "sequential": SequentialSchedule, "chunked": ChunkedSchedule}

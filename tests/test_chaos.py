@@ -9,6 +9,13 @@ finished job has nothing to do. Job 2 never started (the kill stopped the sweep)
 lists it `not started` and `lab-resume` runs it and rebuilds the report. B's report, runs.csv and every job's metrics.csv must equal
 A's (time-dependent columns aside), no temp file may remain, and run.json must hold every
 attempt.
+
+Also here: a SIGKILLed joblib sweep leaves no worker or resource tracker behind, and the bad
+inputs of issue 38 are refused in one line without a folder. The companions: test_chaos_soak.py
+(random kills of one run, resumed to bitwise-equal weights), test_chaos_mutations.py (a random
+bad-config generator over every typed field), test_signals.py (signals at the edges),
+test_run_record_cli.py (finished runs, wandb online without a network, full disk, unwritable
+folders) and test_report.py (concurrent reports, status counts).
 """
 
 from __future__ import annotations
@@ -138,3 +145,66 @@ def test_killed_refused_and_finished_resumes_leave_the_sweep_records_of_an_unint
     assert record["status"] == "ok" and record["final_metrics"] == record["attempts"][5]["final_metrics"]
     assert record["run_time_s"] > 0 and all(attempt["pid"] and attempt["host"] for attempt in record["attempts"])
     assert "model.d_model=64" in record["attempts"][6]["overrides"] and "model.d_model=64" not in record["overrides"]
+
+
+def session_processes(sid: int) -> list[str]:
+    """`pid command` of every live process in session `sid` (the launcher's, its workers, loky's resource tracker)."""
+    out = subprocess.run(["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True).stdout
+    return [line.strip() for line in out.splitlines() if line.split()[1] == str(sid) and not line.split()[2].startswith("Z")]
+
+
+@pytest.mark.slow
+def test_a_sigkilled_joblib_sweep_leaves_no_worker_or_resource_tracker_behind(tmp_path, cache_dir):
+    """Issue 38: loky's workers and resource trackers lived on ≥ 120 s, finishing their jobs for a dead command."""
+    import time
+
+    sweep_dir = tmp_path / "sweep"
+    tiny = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))]
+    argv = [*tiny, "trainer.max_steps=400", "trainer.val_check_interval=100", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+            f"hydra.sweep.dir={sweep_dir}"]
+    launcher = subprocess.Popen([sys.executable, "-m", "lab.train", "-m", *argv], cwd=tmp_path, env=env(cache_dir),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+        while len(list(sweep_dir.glob("*/metrics.csv"))) < 2 and time.monotonic() < deadline:  # both jobs training
+            time.sleep(0.5)
+        assert len(list(sweep_dir.glob("*/metrics.csv"))) == 2, session_processes(launcher.pid)
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    deadline = time.monotonic() + 90  # a second to notice, a step to finish, its checkpoint and run.json
+    while session_processes(launcher.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = session_processes(launcher.pid)
+    for line in left:
+        os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert not left, left
+    statuses = {job.name: read_run(job)["status"] for job in sweep_dir.glob("*-ntp-k1")}
+    assert statuses and set(statuses.values()) == {"interrupted"}, statuses
+
+
+ISSUE_38_BAD_INPUTS = [  # (overrides, field): each trained, or ended in a traceback or a second line, before issue 38
+    (["optim.warmup_steps=-1"], "optim.warmup_steps"),
+    (["optim.grad_clip=-1"], "optim.grad_clip"),
+    (["head=identity", "head.k=3", "head.n_layers=2"], "head.n_layers"),
+    (["ckpt_path={parent}/checkpoints/last.ckpt", "init_from={parent}"], "ckpt_path"),
+    (["callbacks.checkpoint.every_n_train_steps=-1"], "callbacks.checkpoint.every_n_train_steps"),
+    (["model.vocab_size=100"], "model.vocab_size"),
+    (["data=text", "data.path={inputs}/corrupt.parquet"], "data.path"),
+    (["ckpt_path={inputs}/malicious_pickle.ckpt"], "checkpoint"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides, field", ISSUE_38_BAD_INPUTS, ids=[case[1] + ":" + case[0][-1].split("/")[-1] for case in ISSUE_38_BAD_INPUTS])
+def test_the_bad_inputs_of_issue_38_are_refused_in_one_line_without_a_folder(tmp_path, cache_dir, overrides, field):
+    from tests.cli import lab_train
+    from tests.test_bad_inputs import assert_refused_in_one_line, write_inputs
+
+    parent, cwd, inputs = tmp_path / "parent", tmp_path / "cwd", tmp_path / "inputs"
+    write_inputs(inputs)
+    if any("{parent}" in o for o in overrides):
+        assert lab_train(*TINY, f"hydra.run.dir={parent}", cache_dir=cache_dir, cwd=tmp_path).returncode == 0
+    cwd.mkdir()
+    result = lab_train(*TINY, *[o.format(inputs=inputs, parent=parent) for o in overrides], cache_dir=cache_dir, cwd=cwd)
+    assert_refused_in_one_line(result, field, cwd, set())

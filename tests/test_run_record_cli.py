@@ -106,6 +106,22 @@ def test_longer_resume_sums_run_time_and_keeps_the_first_attempts_results(tmp_pa
     assert record["run_time_s"] == pytest.approx(sum(durations)) and record["run_time_s"] > first["run_time_s"]
 
 
+@pytest.mark.slow  # one training run (25–45 s alone)
+def test_a_finished_run_is_never_trained_over_by_another_config(tmp_path, cache_dir):
+    """Issue 38: `optim.lr=0.001 hydra.run.dir=<finished run>` retrained from step 0 over it, its record kept the first overrides."""
+    run = tmp_path / "run"
+    assert run_cli(*TINY, f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path).returncode == 0
+    record = read_run(run)
+    assert record["attempts"][0]["step"] == 6  # the step the finished attempt reached, not a stale heartbeat's
+    files = [run / "run.json", run / "metrics.csv", run / "checkpoints" / "last.ckpt", run / ".hydra" / "overrides.yaml", run / ".hydra" / "config.yaml"]
+    before = {path: path.read_bytes() for path in files}
+    out = run_cli(*TINY, "optim.lr=0.001", f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+    assert last_error_line(out) == (f"error: hydra.run.dir: {run} holds a finished run (run.json: ok); it is never overwritten: "
+                                    "choose another hydra.run.dir, or continue it with its own overrides and ckpt_path=last")
+    assert {path: path.read_bytes() for path in files} == before
+
+
 def test_export_honours_the_umask(tmp_path, cache_dir):
     from lab.checkpoint.export import export
 
@@ -179,6 +195,53 @@ def test_full_disk_mid_run_is_one_line_exit_1_and_a_failed_record(tmp_path, cach
     record = read_run(run)
     assert record["status"] == "failed" and record["error"] == line.removeprefix("error: ")
     assert json.loads((run / "run.json").read_text())["attempts"][0]["status"] == "failed"
+
+
+def test_online_wandb_without_a_network_is_refused_in_one_line_before_anything_trains(tmp_path, cache_dir):
+    """Issue 38: wandb retried for 2 minutes, then a 36-line traceback. The server here: a closed port on this machine."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]  # free once the socket closes: nothing listens there
+    run = tmp_path / "run"
+    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "online", "WANDB_BASE_URL": f"http://127.0.0.1:{closed}",
+           "WANDB_API_KEY": "x" * 40, "HYDRA_FULL_ERROR": "0", "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "lab.train", *TINY, f"hydra.run.dir={run}"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+    assert last_error_line(out) == (f"error: logger.wandb.mode: online, but http://127.0.0.1:{closed} cannot be reached (connection refused); "
+                                    "run with WANDB_MODE=offline (and `wandb sync` the run later) or fix the network")
+    assert not run.exists()
+
+
+def test_an_unwritable_wandb_folder_in_an_existing_run_dir_is_one_line_naming_it_and_leaves_nothing(tmp_path, cache_dir):
+    """Issue 38: the path came out lower-cased or as '(unknown path)', and .hydra/, run.json and .lock stayed."""
+    prefix = unprivileged()
+    run = tmp_path / "Run"  # capitals: the line must keep the path as it is
+    (run / "wandb").mkdir(parents=True)
+    (run / "wandb").chmod(0o555)
+    out = run_cli(*TINY, "logger=wandb", f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path, prefix=prefix)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+    assert last_error_line(out) == f"error: logger.wandb.save_dir: cannot write {run}/wandb: permission denied"
+    assert sorted(p.name for p in run.iterdir()) == ["wandb"]
+
+
+def test_a_full_disk_before_the_first_write_is_one_line_and_leaves_nothing(tmp_path, cache_dir):
+    """Issue 38: Hydra's config save ended in a 9-line traceback, an empty .hydra/config.yaml, .lock and train.log."""
+    if os.geteuid() != 0 or not unshare_works("--mount"):
+        pytest.skip("needs a private mount namespace to mount a small tmpfs")
+    full = tmp_path / "full"
+    full.mkdir()
+    # The tmpfs lives as long as the namespace: what is left in it is listed from inside, after lab-train ends.
+    fill_run_list = ('mount -t tmpfs -o size=64k tmpfs "$0" && { dd if=/dev/zero of="$0/filler" bs=4k 2>/dev/null; '
+                     '"$@"; code=$?; echo "left: $(ls -A "$0" | tr "\\n" " ")"; exit $code; }')
+    out = run_cli(*TINY, f"hydra.run.dir={full}/run", cache_dir=cache_dir, cwd=tmp_path, prefix=("unshare", "--mount", "sh", "-c", fill_run_list, str(full)))
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+    line = last_error_line(out)
+    assert line.startswith(f"error: hydra.run.dir: cannot write {full}") and line.endswith(": no space left on device"), line
+    assert out.stdout.strip().splitlines()[-1].strip() == "left: filler", out.stdout[-2000:]
 
 
 # ---- kills at the records' weak points ------------------------------------------------------

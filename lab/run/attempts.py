@@ -34,7 +34,7 @@ def nothing_left(cfg: DictConfig, record: RunRecord, resume_step: int | None) ->
 
 def begin_attempt(record: RunRecord, cfg: DictConfig, run_dir: Path, ckpt_path: str | None, resume_step: int | None) -> dict:
     """The attempt is accepted: run.json says `running` (pid, host); a killed attempt's temp files go."""
-    record.start(ckpt_path, resume_step)
+    record.start(ckpt_path, resume_step, fresh=cfg.ckpt_path is None)
     if is_global_rank_zero():
         for orphan in [*orphaned_partials(checkpoint_dir(cfg, run_dir)), *orphaned_staged(checkpoint_dir(cfg, run_dir))]:
             orphan.unlink(missing_ok=True)

@@ -6,8 +6,10 @@
   (lab/run/lock.py); it notes the folders it makes, so that `discard_new_run_dir` can take a
   refused first attempt's folder away again (no folder is left behind by bad input); and it keeps a run directory's `.hydra/`
   files those of its first attempt: a resume (`hydra.run.dir=<existing run> ckpt_path=last`)
-  records its own overrides in run.json's `attempts` instead of replacing the run's.
-- `check_paths` checks, before anything is built, that the corpus files can be read and the
+  records its own overrides in run.json's `attempts` instead of replacing the run's. (A start
+  without ckpt_path in an unfinished run's folder trains from step 0: its files replace them;
+  a finished run's folder refuses it, lab/run/attempts.py.)
+- `check_paths` checks, before anything is built, that the corpus files can be read, the
   cache and wandb folders can be written.
 - `fault_reason` turns an OSError (permission denied, no space left on device, read-only
   file system, ...) into `<field>: cannot <access> <path>: <cause>`.
@@ -16,6 +18,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import sys
@@ -26,7 +29,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from lab.errors import ConfigError
+from lab.errors import ConfigError, require
 from lab.run.lock import lock_directory, unlock_directory
 
 HYDRA_SUBDIR_MARKER = "overrides.yaml"
@@ -39,16 +42,27 @@ def cause(error: OSError) -> str:
     return str(error.strerror or error).lower()
 
 
+PROBE_BYTES = 64 * 1024  # more than Hydra's config files and a first run.json: a full disk fails here, not half-way through them
+
+
 def require_writable(folder: Path, field: str) -> None:
-    """Create `folder` if needed and create/remove a probe file in it; refuse with one line otherwise."""
+    """Create `folder` if needed and write/remove a probe file in it; refuse with one line otherwise."""
     folder = Path(folder)
     probe = folder / f".write-probe-{os.getpid()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        probe.unlink()
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, bytes(PROBE_BYTES))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            probe.unlink(missing_ok=True)
     except OSError as error:
-        raise ConfigError(field, f"cannot write {error.filename or folder}: {cause(error)}") from None
+        where = folder if error.filename in (None, str(probe)) else error.filename
+        raise ConfigError(field, f"cannot write {where}: {cause(error)}") from None
 
 
 def require_readable(file: Path, field: str) -> None:
@@ -78,6 +92,7 @@ def check_paths(cfg: DictConfig) -> None:
     wandb_dir = OmegaConf.select(cfg, "logger.wandb.save_dir")
     if wandb_dir:  # wandb itself would fall back to a folder under the system temp dir, outside the folders chosen
         require_writable(Path(os.path.expanduser(str(wandb_dir))), "logger.wandb.save_dir")
+        require_writable(Path(os.path.expanduser(str(wandb_dir))) / "wandb", "logger.wandb.save_dir")  # where wandb writes its runs
 
 
 def fault_field(path: str | None, cfg: DictConfig, run_dir: Path) -> str:
@@ -105,6 +120,28 @@ def fault_reason(error: OSError, cfg: DictConfig, run_dir: Path) -> str:
     return f"{fault_field(path, cfg, run_dir)}: cannot {verb} {path or '(unknown path)'}: {cause(error)}"
 
 
+def check_not_overwriting(ckpt_path: str | None, finished: bool, run_dir: Path) -> None:
+    """A finished run is never trained over: another attempt in its folder must resume its own checkpoint.
+
+    Without this, `lab-train <other overrides> hydra.run.dir=<finished run>` retrained from step 0 and
+    replaced its checkpoint and metrics while run.json and .hydra/ kept describing the first run.
+    RunDirGuard asks before Hydra writes into the folder; lab/train.py again (sweep jobs)."""
+    if not finished or ckpt_path == "last":
+        return
+    own = ckpt_path is not None and Path(str(ckpt_path)).resolve().is_relative_to(Path(run_dir).resolve())
+    require(own, "hydra.run.dir",
+            f"{run_dir} holds a finished run (run.json: ok); it is never overwritten: choose another hydra.run.dir, "
+            "or continue it with its own overrides and ckpt_path=last")
+
+
+def recorded_status(run_dir: Path) -> str | None:
+    """The status run.json gives the run in `run_dir` (None: no readable record)."""
+    try:
+        return json.loads((run_dir / "run.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def refuse(field: str, message: str) -> None:
     print(f"error: {field}: {message}", file=sys.stderr)
     sys.exit(2)
@@ -117,13 +154,18 @@ class RunDirGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))
         _created.extend(missing_folders(run_dir))
+        if not _created and not (run_dir / "run.json").exists():  # a folder the user made, not a run yet: note what was there
+            _found_in_run_dir.append(set(os.listdir(run_dir)))
         try:
             require_writable(run_dir, "hydra.run.dir")
             lock_directory(run_dir, "hydra.run.dir")  # before Hydra writes its log and .hydra/ files there
+            check_not_overwriting(config.get("ckpt_path"), recorded_status(run_dir) == "ok", run_dir)
         except ConfigError as error:
+            discard_new_run_dir(run_dir)  # the folders require_writable made before it was refused
             refuse(error.field, error.message)
         subdir = config.hydra.output_subdir
-        if subdir is not None and (run_dir / str(subdir) / HYDRA_SUBDIR_MARKER).is_file():
+        resuming = config.get("ckpt_path") is not None  # a fresh start (no ckpt_path) records its own .hydra/ files
+        if resuming and subdir is not None and (run_dir / str(subdir) / HYDRA_SUBDIR_MARKER).is_file():
             with read_write(config.hydra), open_dict(config.hydra):
                 config.hydra.output_subdir = None  # run.json's attempts hold this attempt's overrides
 
@@ -148,6 +190,7 @@ class RunDirGuard(Callback):
 
 
 _created: list[Path] = []  # folders this process's on_run_start made, the run dir first, then its new parents
+_found_in_run_dir: list[set[str]] = []  # what an existing run dir that held no run yet held before this attempt
 
 
 def missing_folders(run_dir: Path) -> list[Path]:
@@ -162,9 +205,16 @@ def missing_folders(run_dir: Path) -> list[Path]:
 
 def discard_new_run_dir(run_dir: Path) -> bool:
     """Remove the run folder (and its new parents, when empty) if this process made it; True when removed.
+    An existing folder that held no run keeps what it held and loses what this attempt added.
 
     For an attempt refused before it began: the folder then holds only Hydra's files and the lock."""
-    if not _created or _created[0] != Path(os.path.abspath(run_dir)):
+    run_dir = Path(os.path.abspath(run_dir))
+    if _found_in_run_dir and not _created and run_dir.is_dir():
+        for name in set(os.listdir(run_dir)) - _found_in_run_dir.pop():
+            path = run_dir / name
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+        return True
+    if not _created or _created[0] != run_dir:
         return False
     shutil.rmtree(_created[0], ignore_errors=True)
     for parent in _created[1:]:

@@ -130,8 +130,13 @@ class RunRecord:
 
     # ---- an accepted attempt --------------------------------------------------------------------
 
-    def start(self, resumed_from: str | None, resumed_from_step: int | None) -> None:
-        """Before training: this attempt is `running`; an earlier attempt left `running` was killed."""
+    def start(self, resumed_from: str | None, resumed_from_step: int | None, fresh: bool = False) -> None:
+        """Before training: this attempt is `running`; an earlier attempt left `running` was killed.
+
+        `fresh`: a start from step 0 without ckpt_path in a folder an unfinished run left: this attempt's
+        overrides define the run from now on (the earlier attempts stay listed)."""
+        if fresh and self.previous is not None:
+            self.previous = {**self.previous, "overrides": self.attempt["overrides"]}
         for attempt in self.attempts:
             if attempt.get("status") == RUNNING:
                 attempt.update(status=INTERRUPTED, ended_at=attempt.get("heartbeat_at") or attempt.get("started_at"))
@@ -151,7 +156,7 @@ class RunRecord:
         final = scalar_metrics(metrics or {}) if status == OK else {}
         self._close(status, error)
         if step is not None:
-            self.attempt["step"] = int(step)  # where an interrupted attempt stopped
+            self.attempt["step"] = int(step)  # the step the attempt reached (the heartbeat's may be up to HEARTBEAT_S old)
         self.attempt["final_metrics"] = final
         self._write(self._run_state(status=status, error=error, final_metrics=final))
 

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ReportError, ConfigError) as error:  # not a sweep, in use, or (after the re-runs) no completed job to report on
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    print(f"report: {report.html} ({report.n_ok} ok, {report.n_failed} failed)")
+    print(f"report: {report.html} ({report.counts})")
     if still_failed:
         sys.exit(1)
 

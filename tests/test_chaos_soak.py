@@ -1,0 +1,86 @@
+"""Chaos soak: one run SIGKILLed at random moments, resumed after each kill, ends bitwise where an uninterrupted run ends.
+
+The kills are not placed at named points (tests/test_chaos.py does that): each attempt is killed a
+random time after it logged its first training row, so a kill can land inside a step, a validation,
+a checkpoint write or the run record's update. Every attempt after the first resumes with the
+README's recipe (`ckpt_path=last`). The seed of the random moments is printed, so a failure can be
+replayed with MTP_LAB_SOAK_SEED.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.cli import TINY, read_run, SUBPROCESS_TIMEOUT
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS, EVERY, KILLS = 16, 2, 5
+JOB = [*[o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))],
+       f"trainer.max_steps={STEPS}", "trainer.val_check_interval=4", f"callbacks.checkpoint.every_n_train_steps={EVERY}"]
+
+
+def start(run_dir: Path, cwd: Path, cache_dir: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+    return subprocess.Popen([sys.executable, "-m", "lab.train", *JOB, f"hydra.run.dir={run_dir}", *extra], cwd=cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def rows_logged(run_dir: Path) -> int:
+    try:
+        return max(0, len((run_dir / "metrics.csv").read_text().splitlines()) - 1)
+    except OSError:
+        return 0
+
+
+def kill_at_random(process: subprocess.Popen, run_dir: Path, rng: random.Random, rows_before: int) -> bool:
+    """SIGKILL `process` a random 0–4 s after this attempt logged a row (True), or let it end (False: it finished)."""
+    deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+    while process.poll() is None and rows_logged(run_dir) <= rows_before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.0, 4.0))
+    if process.poll() is not None:
+        return False
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    return True
+
+
+def weights(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+
+
+@pytest.mark.slow  # ~3–5 min alone: a reference run and up to six attempts of one 16-step run
+def test_random_sigkills_then_resumes_end_bitwise_equal_to_an_uninterrupted_run(tmp_path, cache_dir):
+    seed = int(os.environ.get("MTP_LAB_SOAK_SEED", random.SystemRandom().randrange(1 << 16)))
+    print(f"soak seed {seed} (replay: MTP_LAB_SOAK_SEED={seed})")
+    rng = random.Random(seed)
+    reference, run = tmp_path / "reference", tmp_path / "run"
+    whole = start(reference, tmp_path, cache_dir)
+    try:
+        killed = 0
+        for attempt in range(KILLS + 1):  # the attempt after the last kill runs to the end
+            process = start(run, tmp_path, cache_dir, *(["ckpt_path=last"] if attempt else []))
+            if attempt == KILLS or not kill_at_random(process, run, rng, rows_logged(run)):
+                assert process.wait(timeout=SUBPROCESS_TIMEOUT) == 0, (seed, process.stderr.read()[-3000:])
+                break
+            killed += 1
+        assert whole.wait(timeout=SUBPROCESS_TIMEOUT) == 0, whole.stderr.read()[-3000:]
+    finally:
+        if whole.poll() is None:
+            whole.kill()
+    assert killed >= 1, f"seed {seed}: every attempt finished before its kill; nothing was soaked"
+    a, b = weights(reference), weights(run)
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a), f"seed {seed}: weights differ"
+    record = read_run(run)
+    assert record["status"] == "ok" and record["attempts"][-1]["step"] == STEPS
+    assert [attempt["status"] for attempt in record["attempts"]][:killed] == ["interrupted"] * killed, (seed, record["attempts"])
+    assert not [p for p in run.rglob("*") if p.name.endswith((".partial", ".staged", ".tmp"))]

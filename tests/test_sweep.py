@@ -25,10 +25,12 @@ from tests.cli import TINY, lab_train, read_run, SUBPROCESS_TIMEOUT
 FIGURES = {"val_loss_by_architecture.png", "horizon_loss_curves.png", "horizon_accuracy.png", "effective_weights.png", "logit_memory.png"}
 EXPERIMENTS = (
     "quick_ablation", "head_ablation", "reduction_ablation", "weight_ablation", "deepseek_depth", "memory", "scale",
-    "star_graph", "induction", "speedrun_mtp", "draft_training", "decode_ablation",
+    "star_graph", "induction", "speedrun_mtp", "draft_training", "decode_ablation", "moe_balance",
 )
 # Experiments whose sweep crosses model sizes (already CPU-small here): their widths are kept.
 SIZE_SWEEPS = {"induction"}
+# Experiments on a small model=hf config (no model.d_model to narrow): their widths are kept too.
+HF_CONFIGS = {"moe_balance"}
 # Experiments composed and checked by their own tests: search_lambda (tests/test_search.py), pretrained_heads
 # (needs a local transformers model: tests/test_hf_training.py), scaling (up to 21 M parameters: tests/test_experiment_presets.py).
 TESTED_ELSEWHERE = {"search_lambda", "pretrained_heads", "scaling"}
@@ -172,7 +174,7 @@ def test_every_experiment_job_composes_and_builds(name):
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         for overrides in sweep_jobs(name):
             # narrow models keep this fast; depth, K and every structural choice are the experiment's own
-            narrow = [] if name in SIZE_SWEEPS else ["model.d_model=32", "model.n_heads=2"]  # a size sweep's widths are its point
+            narrow = [] if name in SIZE_SWEEPS | HF_CONFIGS else ["model.d_model=32", "model.n_heads=2"]  # a size sweep's widths are its point
             small = [*narrow, "paths.output_dir=/tmp/unused", *REQUIRED.get(name, [])]
             if name == "scale":
                 small.append("trainer.accelerator=cpu")  # trainer=fsdp asks for GPUs; the check for one is tested elsewhere

@@ -9,7 +9,9 @@ it chose for each row. Nothing is hooked outside a `with RouterTap(...)` block, 
 nothing pays nothing. Which of the recorded rows count (real tokens, not padding; for a depth module the rows
 that have a state) is decided by `valid_rows` from the batch.
 
-The checks of expert counts (`check_expert_counts`) run on the config alone, before any weight exists.
+The checks of expert counts (`check_expert_counts`) run on the config alone, before any weight exists;
+`model.router` (`RouterConfig`: DeepSeek-V3's balancing tools, lab/training/router_balance.py) is checked
+against the built model's routers (`check_router_options`).
 """
 
 from __future__ import annotations

@@ -54,12 +54,13 @@ def expert_load_heatmaps(variants: list[Variant], path: Path) -> Path | None:
             panels.append((variant.label, *load))
     if not panels:
         return None
+    top = max(2.0, max(float(np.nanmax(matrix)) for _, _, matrix in panels))  # one colour scale: panels compare
     ncols = min(len(panels), 3)
     nrows = (len(panels) + ncols - 1) // ncols
     with figure(3.6 * ncols + 0.6, 0.45 * max(len(p[1]) for p in panels) * nrows + 1.6, nrows, ncols) as (fig, axes):
         for index, (label, places, matrix) in enumerate(panels):
             ax = axes[index // ncols][index % ncols]
-            image = ax.imshow(matrix, vmin=0, vmax=max(2.0, float(np.nanmax(matrix))), cmap="viridis", aspect="auto")
+            image = ax.imshow(matrix, vmin=0, vmax=top, cmap="viridis", aspect="auto")
             ax.set_xticks(range(matrix.shape[1]), [f"e{j}" for j in range(matrix.shape[1])], fontsize=7)
             ax.set_yticks(range(len(places)), [f"{p} (depth {int(p[1:].split('_')[0]) - 1})" if p.startswith("h") else p for p in places],
                           fontsize=7)
@@ -67,7 +68,8 @@ def expert_load_heatmaps(variants: list[Variant], path: Path) -> Path | None:
             for i in range(matrix.shape[0]):
                 for j in range(matrix.shape[1]):
                     if np.isfinite(matrix[i, j]):
-                        ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6, color="white")
+                        ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6,
+                                color="black" if matrix[i, j] > 0.6 * top else "white")
             ax.set_title(short(label, 40), fontsize=8)
             fig.colorbar(image, ax=ax, shrink=0.8, label="load / mean load")
         for index in range(len(panels), nrows * ncols):

@@ -76,3 +76,40 @@ def test_a_degenerate_prompt_is_excluded_from_the_headline():
     metrics = report["metrics"]
     assert metrics["decode/degenerate"] == 1.0 and metrics["decode/prompts_clean"] == 0
     assert "decode/tokens_per_forward" not in metrics and "decode/accept/p1" not in metrics and "greedy" not in report
+
+
+@pytest.mark.parametrize("budget,expected", [(None, (4, 64, 3)), (18.0, (4, 64, 3)), (6.0, (4, 64, 1)), (3.0, (2, 64, 1)),
+                                             (1.01, (2, 16, 1)), (0.3, (1, 16, 1))])
+def test_a_budget_shrinks_repeats_then_prompts_then_tokens(budget, expected):
+    """By hand: a request costs 0.1 s + 0.01 s per token after the first, two passes: 4 x 64 x 3 costs 4·3·2·0.73 = 17.52 s."""
+    from lab.callbacks.decoding_budget import DecodePlan, fit_budget
+
+    plan = fit_budget(DecodePlan(4, 64, 3, 2, 0.1, 0.01, budget, (4, 64, 3)))
+    assert (plan.prompts, plan.new_tokens, plan.repeats) == expected and plan.shrunk == (expected != (4, 64, 3))
+    assert budget is None or plan.expected_s <= budget or expected == (1, 16, 1)  # the floors: the smallest evaluation
+
+
+def test_a_tiny_models_evaluation_shrinks_to_its_budget(capsys):
+    """The probe prices this model's requests; a budget of a tenth of the full evaluation's expected time shrinks it."""
+    model = build_model("parallel", 3, layers=3).double().eval()
+    prompts = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [3, 1, 4, 1]]
+    callback = DecodingEval(prompts=4, new_tokens=64, repeats=3)
+    full = callback.plan(model, prompts, None)
+    assert not full.shrunk and full.expected_s > 0
+    plan = callback.plan(model, prompts, full.expected_s / 10)
+    assert plan.shrunk and plan.repeats == 1 and plan.expected_s <= plan.budget_s
+    assert "shrunk to fit" in capsys.readouterr().out  # the plan and its expected time, printed before decoding
+    report = callback.evaluate(model, prompts[: plan.prompts], plan)
+    assert report["settings"]["prompts"] == plan.prompts and report["settings"]["new_tokens"] == plan.new_tokens
+    assert report["budget"]["requested"] == (4, 64, 3) and report["budget"]["took_s"] > 0
+    assert report["metrics"]["decode/pairs"] <= plan.prompts * plan.repeats
+
+
+def test_bad_budget_and_repeats_name_the_field():
+    from lab.errors import ConfigError
+
+    for kwargs, field in (({"budget_s": "soon"}, "callbacks.decoding.budget_s"), ({"budget_s": -1}, "callbacks.decoding.budget_s"),
+                          ({"repeats": 0}, "callbacks.decoding.repeats")):
+        with pytest.raises(ConfigError) as error:
+            DecodingEval(**kwargs)
+        assert error.value.field == field

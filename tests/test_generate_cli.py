@@ -150,7 +150,9 @@ def test_a_real_run_logs_draft_agreement(run_dir):
 def test_a_real_run_writes_its_decoding_evaluation(run_dir):
     report = json.loads((run_dir / "decoding.json").read_text())
     final = read_run(run_dir)["final_metrics"]
-    assert report["settings"] == {"prompts": 4, "new_tokens": 64, "temperature": 1.0}  # the headline: T=1 sampling
+    plan = report["budget"]  # 4 prompts x 64 tokens x 3 repeats asked, sized to the run's training time
+    assert plan["requested"] == [4, 64, 3] and plan["budget_s"] == pytest.approx(read_run(run_dir)["cost"]["fit_time_s"])
+    assert report["settings"] == {"prompts": plan["prompts"], "new_tokens": plan["new_tokens"], "temperature": 1.0}  # the headline: T=1 sampling
     assert report["greedy"]["settings"]["temperature"] == 0.0
     assert final["decode/tokens_per_forward"] == pytest.approx(report["headline"]["tokens_per_forward"], rel=1e-6)
     clean = [p for p in report["prompts"] if not p["degenerate"]]

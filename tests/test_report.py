@@ -252,7 +252,7 @@ def test_lab_report_cli_rebuilds(fake_sweep):
 def test_cost_table_and_matching_findings(fake_sweep):
     build_sweep_report(fake_sweep)
     md = (fake_sweep / "report.md").read_text()
-    assert "| head=parallel | 1.020 M | 2 / 4 / 3 | 10.400 M | 1000 | 8.0 |" in md
+    assert "| head=parallel | 1.020 M | 2 / 4 / 3 | 10.400 M | 1000 | — | — | — | 1.00× (wall) | 8.0 |" in md  # untimed CPU: no flag
     assert "| head=ntp | 1.000 M | 6 / 0 / 6 | 10.000 M |" in md
     assert ("Variants differ by more than 5% in parameters from head=ntp (1.000 M): head=deepseek 1.200 M (+20.0%)"
             " — their losses compare models of different size.") in md

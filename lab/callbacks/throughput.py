@@ -9,6 +9,12 @@ step once): only the training steps are timed (batch start
 to batch end), so validation and checkpoint writes don't dilute tokens/s; `fit_time_s` is the wall
 time from the first to the last training step. Steps that log nothing only read the clock.
 
+Every training step is also timed by a Stopwatch (lab.training.timing): the worker thread's and the
+process's CPU time beside the wall time, torch's threads and the load average at the first and last
+step. Logging steps add `train/cpu_share` and `train/contended` for their window; the summary keeps the
+run's totals (`train_thread_cpu_s`, `train_tokens_per_cpu_s`, `train_contended`, ...), and at the end of
+training `train/contended` and `train/cpu_share` join the final metrics.
+
 FLOPs per token come from `flops_per_token(model, seq_len)`, by default the training FLOP
 count of lab/model/flops.py (the one the cost record and the sweep report use). On CUDA the window is closed by one device synchronisation
 (once per logging interval, not per step) so queued work is timed where it ran.
@@ -24,6 +30,7 @@ import torch
 
 from lab.callbacks.peak_flops import resolve_peak_flops
 from lab.training.cadence import logs_this_step
+from lab.training.timing import Span, Stopwatch
 from lab.model.flops import training_flops_per_token
 
 
@@ -45,9 +52,13 @@ class TokenThroughput(pl.Callback):
         self.total_tokens = 0
         self.total_step_time_s = 0.0
         self._earlier_fit_time_s = 0.0  # wall time of earlier attempts, restored from the checkpoint
+        self._watch = Stopwatch()  # every training step of this attempt
+        self._window = Span()  # the steps since the last logging step
+        self._earlier_steps: Span | None = None  # the steps of earlier attempts, restored from the checkpoint
 
     def setup(self, trainer, pl_module, stage):
         self.peak_flops = resolve_peak_flops(self.peak_flops_spec, trainer.strategy.root_device)
+        self._watch = Stopwatch(trainer.strategy.root_device)
 
     def on_train_start(self, trainer, pl_module):
         self._start, self._start_step = None, 0
@@ -62,8 +73,11 @@ class TokenThroughput(pl.Callback):
         if self._fit_start is None:
             self._fit_start = now
         self._step_start = now
+        self._watch.start()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = self._watch.stop()
+        self._window = step if self._window.wall_s == 0 else self._window.plus(step)
         now = time.perf_counter()
         batch_tokens = int(batch["tokens"].numel()) * trainer.world_size  # every batch has the same shape
         self.total_tokens += batch_tokens
@@ -74,7 +88,9 @@ class TokenThroughput(pl.Callback):
         self._synchronize(pl_module)
         steps = trainer.global_step - self._start_step
         tokens_per_s = steps * batch_tokens / max(time.perf_counter() - self._start, 1e-9)
-        metrics = {"train/tokens_per_s": tokens_per_s}
+        metrics = {"train/tokens_per_s": tokens_per_s, "train/cpu_share": self._window.cpu_share,
+                   "train/contended": float(self._window.contended)}
+        self._window = Span()
         if self.peak_flops is not None:
             metrics["train/mfu"] = self.flops_per_token * tokens_per_s / (self.peak_flops * trainer.world_size)
         if pl_module.device.type == "cuda":
@@ -86,12 +102,32 @@ class TokenThroughput(pl.Callback):
 
     def state_dict(self) -> dict:
         """The run's totals so far, in every checkpoint: a resumed run's summary counts each step once."""
+        steps = self.steps_span()
         return {"total_tokens": self.total_tokens, "total_step_time_s": self.total_step_time_s,
-                "fit_time_s": self._fit_time_s()}
+                "fit_time_s": self._fit_time_s(), **({"steps_timing": steps.record()} if steps is not None else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.total_tokens, self.total_step_time_s = int(state["total_tokens"]), float(state["total_step_time_s"])
         self._earlier_fit_time_s = float(state["fit_time_s"])
+        if "steps_timing" in state:  # checkpoints written before steps were timed have none
+            self._earlier_steps = Span.from_record(state["steps_timing"])
+
+    def steps_span(self) -> Span | None:
+        """Every timed training step, earlier attempts' included (None before the first)."""
+        this = self._watch.span if self._watch.span.wall_s > 0 else None
+        if self._earlier_steps is None or this is None:
+            return this or self._earlier_steps
+        return self._earlier_steps.plus(this)
+
+    def on_train_end(self, trainer, pl_module):
+        """The run's contention verdict joins the final metrics (run.json, every logger)."""
+        steps = self.steps_span()
+        if steps is None:
+            return
+        metrics = {"train/contended": float(steps.contended), "train/cpu_share": steps.cpu_share}
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+        trainer.callback_metrics.update({name: torch.tensor(value) for name, value in metrics.items()})
 
     def summary(self) -> dict:
         """Measured run totals over the steps of every attempt that reached a checkpoint (empty before the first step)."""
@@ -102,7 +138,19 @@ class TokenThroughput(pl.Callback):
             "train_time_s": self.total_step_time_s,
             "train_tokens_per_s": self.total_tokens / max(self.total_step_time_s, 1e-9),
             "fit_time_s": self._fit_time_s(),
+            **self.cpu_summary(),
         }
+
+    def cpu_summary(self) -> dict:
+        """CPU time beside wall time over the training steps, threads, cores, load and the contention flag."""
+        steps = self.steps_span()
+        if steps is None:
+            return {}
+        return {"train_thread_cpu_s": steps.thread_cpu_s, "train_process_cpu_s": steps.process_cpu_s,
+                "train_tokens_per_cpu_s": self.total_tokens / max(steps.thread_cpu_s, 1e-9), "train_cpu_share": steps.cpu_share,
+                "train_threads": steps.threads, "train_cores": steps.cores, "train_machine_cores": steps.machine_cores,
+                "train_load_start": steps.load_start, "train_load_end": steps.load_end, "train_contended": steps.contended,
+                "train_device": steps.device}
 
     def _fit_time_s(self) -> float:
         this_attempt = self._fit_end - self._fit_start if self._fit_start is not None and self._fit_end is not None else 0.0

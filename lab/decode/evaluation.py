@@ -2,7 +2,7 @@
 
 Shared by the end-of-training callback (lab.callbacks.decoding) and the decoding benchmark;
 answer accuracy of synthetic tasks lives in lab.decode.answers (re-exported here).
-A continuation with fewer than 20 % distinct 4-grams is `degenerate` (DESIGN.md §10): a
+A continuation with fewer than 20 % distinct 4-grams is `degenerate`: a
 small model's greedy output often collapses into one repeated token, and then every draft
 is "accepted", which says nothing about the heads.
 """
@@ -14,6 +14,8 @@ import torch
 from lab.decode.answers import answer_accuracy, teacher_forced_answers  # noqa: F401 (re-export)
 from lab.decode.generate import generate
 from lab.decode.ledger import ledger, merge
+from lab.decode.paired import pair_order, paired_metrics
+from lab.training.timing import Stopwatch
 
 DEGENERATE_BELOW = 0.2
 
@@ -40,35 +42,94 @@ def document_prompts(batches, count: int, length: int) -> list[list[int]]:
     return prompts
 
 
-def evaluate_decoding(model, prompts: list[list[int]], new_tokens: int, temperature: float = 1.0, greedy: bool = True, seed: int = 0) -> dict:
+def evaluate_decoding(model, prompts: list[list[int]], new_tokens: int, temperature: float = 1.0, greedy: bool = True, seed: int = 0,
+                      repeats: int = 1, tick=None) -> dict:
     """Plain and speculative decoding of each prompt at `temperature` (the headline, `decode/*`) and, with
-    `greedy` and T > 0, greedy as well (`decode/greedy/*`); metrics, ledgers, per-prompt outputs.
+    `greedy` and T > 0, greedy as well (`decode/greedy/*`); metrics, ledgers, per-prompt outputs, timings.
 
-    Headline acceptance and speed come from the prompts whose continuation is not degenerate
-    (DESIGN.md §10); `decode/degenerate` is the fraction left out, `decode/distinct4` the mean
-    distinct-4-gram ratio over all prompts.
+    Headline acceptance and speed come from the prompts whose continuation is not degenerate;
+    `decode/degenerate` is the fraction left out, `decode/distinct4` the mean distinct-4-gram ratio
+    over all prompts. Each prompt is decoded `repeats` times on each side, interleaved (lab.decode.paired);
+    `tick()` is called after every request (a progress bar).
     """
-    result = decode_prompts(model, prompts, new_tokens, temperature, seed)
+    result = decode_prompts(model, prompts, new_tokens, temperature, seed, repeats, tick)
     metrics = result.pop("metrics")
-    if greedy and temperature > 0:
-        result["greedy"] = decode_prompts(model, prompts, new_tokens, 0.0, seed)
+    if decoding_passes(greedy, temperature) == 2:
+        result["greedy"] = decode_prompts(model, prompts, new_tokens, 0.0, seed, repeats, tick)
         metrics.update({name.replace("decode/", "decode/greedy/", 1): value for name, value in result["greedy"].pop("metrics").items()})
     result["metrics"] = {name: float(value) for name, value in metrics.items()}
     return result
 
 
-def decode_prompts(model, prompts: list[list[int]], new_tokens: int, temperature: float, seed: int) -> dict:
-    """One temperature: per prompt plain then speculative (same seed); `decode/*` metrics over the clean prompts."""
+def decoding_passes(greedy: bool, temperature: float) -> int:
+    """Temperatures `evaluate_decoding` decodes at: `temperature`, and greedy too when asked and T > 0."""
+    return 2 if greedy and temperature > 0 else 1
+
+
+def requests_per_prompt(speculative: bool, greedy: bool, temperature: float, repeats: int) -> int:
+    """How many `generate` calls `evaluate_decoding` makes per prompt (the progress bar's unit)."""
+    return decoding_passes(greedy, temperature) * repeats * (2 if speculative else 1)
+
+
+def timed_generate(watch: Stopwatch, model, prompt: list[int], new_tokens: int, temperature: float, seed: int, speculative: bool):
+    """One request, timed by `watch`: (Generation, its Span)."""
+    watch.start()
+    generation = generate(model, torch.tensor(prompt), new_tokens, temperature=temperature, speculative=speculative,
+                          generator=torch.Generator().manual_seed(seed))
+    return generation, watch.stop()
+
+
+def decode_prompts(model, prompts: list[list[int]], new_tokens: int, temperature: float, seed: int, repeats: int = 1, tick=None) -> dict:
+    """One temperature: every prompt plain and speculative (same seed), `repeats` times, interleaved pair by pair;
+    `decode/*` metrics over the clean prompts (tokens and ledgers from the first repeat: later ones draw the same)."""
     speculative = model.head.can_draft  # drafting heads at offsets 2..K
+    first, pairs, span = paired_runs(model, prompts, new_tokens, temperature, seed, repeats, tick)
+    result = summarize(first, prompts, new_tokens, temperature, speculative)
+    clean = [i for i, entry in enumerate(result["prompts"]) if not entry["degenerate"]]
+    if speculative and clean:
+        result["metrics"].update(paired_metrics([pair for i in clean for pair in pairs[i]]))
+    result["timing"] = span.record()
+    result["metrics"].update(timing_metrics(span))
+    return result
+
+
+def paired_runs(model, prompts: list[list[int]], new_tokens: int, temperature: float, seed: int, repeats: int = 1, tick=None):
+    """Every prompt decoded `repeats` times on each side, the two sides of a pair back to back (lab.decode.paired):
+    (per prompt {False: plain, True: speculative} Generations of the first repeat, per prompt its pairs
+    (tokens spec, span spec, tokens plain, span plain), the Span of every request together)."""
+    speculative = model.head.can_draft
+    watch = Stopwatch(next(model.parameters()).device)
+    first: list[dict] = [{} for _ in prompts]
+    pairs: list[list[tuple]] = [[] for _ in prompts]
+    for repeat in range(repeats):
+        for i, prompt in enumerate(prompts):
+            measured = {}
+            for side in pair_order(i, repeat) if speculative else (False,):
+                generation, span = timed_generate(watch, model, prompt, new_tokens, temperature, seed + i, side)
+                measured[side] = (len(generation.tokens), span)
+                first[i].setdefault(side, generation)
+                if tick is not None:
+                    tick()
+            if speculative:
+                pairs[i].append((*measured[True], *measured[False]))
+    return first, pairs, watch.span
+
+
+def timing_metrics(span) -> dict:
+    """Whether the machine let the evaluation run (lab.training.timing): flag, worker CPU share, load at both ends."""
+    return {"decode/contended": float(span.contended), "decode/cpu_share": span.cpu_share,
+            "decode/load_start": span.load_start, "decode/load_end": span.load_end, "decode/threads": float(span.threads)}
+
+
+def summarize(first: list[dict], prompts: list[list[int]], new_tokens: int, temperature: float, speculative: bool) -> dict:
+    """Per-prompt outputs and flags, ledgers and the headline metrics of one repeat's generations."""
     per_prompt, plain_runs, spec_runs = [], [], []
-    for i, prompt in enumerate(prompts):
-        ids = torch.tensor(prompt)
-        plain = generate(model, ids, new_tokens, temperature=temperature, generator=torch.Generator().manual_seed(seed + i))
+    for prompt, runs in zip(prompts, first):
+        plain = runs[False]
         entry = {"prompt": prompt, "plain_tokens": plain.tokens, "plain_distinct4": distinct_ngram_ratio(plain.tokens)}
         measured = plain  # the continuation whose acceptance the headline reports
         if speculative:
-            measured = spec = generate(model, ids, new_tokens, temperature=temperature, speculative=True,
-                                       generator=torch.Generator().manual_seed(seed + i))
+            measured = spec = runs[True]
             entry.update(speculative_tokens=spec.tokens, match=spec.tokens == plain.tokens)
         entry["distinct4"] = distinct_ngram_ratio(measured.tokens)
         entry["degenerate"] = not entry["distinct4"] >= DEGENERATE_BELOW
@@ -92,12 +153,11 @@ def decode_prompts(model, prompts: list[list[int]], new_tokens: int, temperature
 
 
 def headline_metrics(summary: dict, speculative: bool) -> dict:
-    """`decode/*` of one ledger: tokens per forward, speedups, acceptance in both conventions and both mean lengths,
+    """`decode/*` of one ledger: tokens per forward, predicted speedup (the measured one is paired: lab.decode.paired), acceptance in both conventions and both mean lengths,
     path acceptance next to the Fréchet bounds of the per-position top-1 agreement (lab.decode.ledger)."""
     metrics = {"decode/tokens_per_forward": summary["tokens_per_forward"] if speculative else 1.0,
                "decode/mean_accept_len": summary["mean_accept_len"], "decode/mean_accepted": summary["mean_accepted"]}
     if speculative:
-        metrics["decode/speedup"] = summary["measured_speedup"]
         metrics["decode/predicted_speedup"] = summary["predicted_speedup"]
         for j, (rate, conditional) in enumerate(zip(summary["accept_by_position"], summary["accept_cond_by_position"]), start=1):
             metrics[f"decode/accept/p{j}"], metrics[f"decode/accept_cond/p{j}"] = rate, conditional

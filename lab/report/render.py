@@ -12,6 +12,15 @@ from lab.report.sweep_figures import ReportFigure, loss_speedup_points, order_ke
 from lab.report.records import Sweep
 from lab.report.scaling import SCALING_NOTE, scaling_finding, scaling_points, scaling_table
 from lab.report.significance import significance_finding
+from lab.report.speeds import (
+    SPEEDUP_HEADER,
+    TRAIN_SPEED_HEADER,
+    contention_findings,
+    fastest_decoding_finding,
+    relative_train_speed,
+    speedup_cell,
+    train_speed_cells,
+)
 from lab.report.spikes import SPIKE_MIN_NATS, SPIKE_SIGMAS, record_spikes
 from lab.report.table import (
     Variant,
@@ -86,6 +95,8 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
     out += answer_findings(variants)
     out += scaling_finding(scaling_points(variants))
     out += cost_findings(variants)
+    out += contention_findings(variants)
+    out += fastest_decoding_finding(variants)
     out += spike_findings(sweep)
     if sweep.failed:
         dims = sweep_dimensions(sweep.records)
@@ -164,17 +175,20 @@ def millions(value: float | None) -> str:
 
 
 def cost_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
-    """Per variant: parameters, transformer blocks, training FLOPs per token, measured throughput and time."""
-    header = ["variant", "params", "blocks trunk / head / next-token path", "train FLOPs/token", "tokens/s (train steps)",
-              "train time (s)", "run time (s)"]
+    """Per variant: parameters, transformer blocks, training FLOPs per token, measured throughput (wall and CPU time,
+    contention) and its ratio to the reference variant, time."""
+    ordered = sorted(variants, key=order_key)
+    reference = next((v for v in ordered if v.is_baseline), ordered[0] if ordered else None)
+    header = ["variant", "params", "blocks trunk / head / next-token path", "train FLOPs/token", *TRAIN_SPEED_HEADER,
+              f"train speed ÷ {reference.label if reference else '—'} (CPU time where contended)", "train time (s)", "run time (s)"]
     rows = []
-    for v in sorted(variants, key=order_key):
+    for v in ordered:
         blocks = [v.cost(name) for name in ("blocks_trunk", "blocks_head", "blocks_next_token_path")]
         run_time = mean_spread([r["run_time_s"] for r in v.ok if r["run_time_s"] is not None])[0]
         rows.append([
             v.label, millions(v.cost("params_total")),
             " / ".join("—" if b is None else f"{b:g}" for b in blocks), millions(v.cost("train_flops_per_token")),
-            fmt(v.cost("train_tokens_per_s"), 0), fmt(v.cost("train_time_s"), 1), fmt(run_time, 1),
+            *train_speed_cells(v), relative_train_speed(v, reference), fmt(v.cost("train_time_s"), 1), fmt(run_time, 1),
         ])
     return header, rows
 MAX_SPIKES_NAMED = 8
@@ -228,8 +242,11 @@ def variant_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-FORCED_NOTE = ("TF = teacher-forced: a DeepSeek depth's horizon-k numbers see the true tokens up to t+k−1, an easier "
-               "question than an independent head's blind prediction of t+k (DESIGN.md §7); compare them only with each other.")
+FORCED_NOTE = ("TF = teacher-forced. A DeepSeek depth predicts token t+k from the trunk's state at t *and the true tokens "
+               "t+1 … t+k−1*, which validation feeds it from the data. An independent head must predict t+k blind, from position "
+               "t alone. So a DeepSeek depth's horizon-k loss and accuracy answer an easier question than a blind head's and "
+               "overstate what it achieves when decoding, where those tokens are its own earlier guesses: compare TF numbers "
+               "only with each other.")
 
 
 def forced_mark(variant: Variant, k: int) -> str:
@@ -246,11 +263,11 @@ def decoding_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]
     positions = max(v.max_k for v in rows_with) - 1
     header = ["variant", "head", "K", "tokens/forward T=1", "mean accept len (with bonus, τ)", "mean accepted (no bonus)",
               *[f"P(prefix≥{j}) T=1" for j in range(1, positions + 1)], *[f"P({j} | 1..{j - 1}) T=1" for j in range(1, positions + 1)],
-              "speedup T=1", "path accept T=1", "top-1 all in [Fréchet] T=1", "distinct-4 T=1", "degenerate T=1", "tokens/forward greedy", "distinct-4 greedy", "degenerate greedy",
+              SPEEDUP_HEADER, "path accept T=1", "top-1 all in [Fréchet] T=1", "distinct-4 T=1", "degenerate T=1", "tokens/forward greedy", "distinct-4 greedy", "degenerate greedy",
               "greedy match", "est tokens/forward (val)"]
     rows = [[v.label, fmt(v.head), fmt(v.k), headline_cell(v, "decode/tokens_per_forward"), headline_cell(v, "decode/mean_accept_len"),
              headline_cell(v, "decode/mean_accepted"), *[v.cell(f"decode/accept/p{j}", 2) for j in range(1, positions + 1)],
-             *[v.cell(f"decode/accept_cond/p{j}", 2) for j in range(1, positions + 1)], v.cell("decode/speedup", 2),
+             *[v.cell(f"decode/accept_cond/p{j}", 2) for j in range(1, positions + 1)], speedup_cell(v),
              v.cell("decode/path_accept", 2), frechet_cell(v), v.cell("decode/distinct4", 2), degenerate_cell(v, "decode"), headline_cell(v, "decode/greedy/tokens_per_forward", "decode/greedy"),
              v.cell("decode/greedy/distinct4", 2), degenerate_cell(v, "decode/greedy"), v.cell("decode/greedy/greedy_match", 2),
              v.cell("val/est_tokens_per_forward", 2)]
@@ -286,16 +303,17 @@ def loss_speedup_table(variants: list[Variant]) -> tuple[list[str], list[list[st
     points = loss_speedup_points(variants)
     if not any(p.measured for p in points):
         return None
-    header = ["variant", "head", "K", "val/loss (next token)", "measured speedup T=1", "tokens/forward T=1", "mean accept len (τ)"]
+    header = ["variant", "head", "K", "val/loss (next token)", "measured " + SPEEDUP_HEADER, "tokens/forward T=1", "mean accept len (τ)"]
     rows = [[p.variant.label, fmt(p.variant.head), fmt(p.variant.k), p.variant.cell("val/loss"),
-             p.variant.cell("decode/speedup", 3) if p.measured else "1 (plain decoding)",
+             speedup_cell(p.variant, digits=3) if p.measured else "1 (plain decoding)",
              p.variant.cell("decode/tokens_per_forward", 2), p.variant.cell("decode/mean_accept_len", 2)] for p in points]
     return header, rows
 
 
 LOSS_SPEEDUP_NOTE = ("What MTP users trade: the next-token validation loss (`val/loss`) against the measured speedup of "
-                     "self-speculative decoding with the run's own heads (`decode/speedup`: decode-phase tokens/s "
-                     "speculative / plain, exact sampling at T=1, degenerate continuations excluded). A variant that "
+                     "self-speculative decoding with the run's own heads (`decode/speedup`: the median over prompts and "
+                     "repeats of tokens/s speculative ÷ plain, each pair measured back to back, exact sampling at T=1, "
+                     "degenerate continuations excluded; from the worker's CPU time, `decode/speedup_cpu`, when contended). A variant that "
                      "cannot draft (ntp) decodes plainly: speedup 1 by definition. The figure `loss_vs_speedup.png` draws these rows.")
 
 
@@ -329,17 +347,21 @@ def optional_sections(variants: list[Variant]) -> list[tuple[str, str, tuple[lis
 DECODING_NOTE = ("End of training, a few validation-document prompts (`decode/*`). The headline is exact speculative "
                  "sampling at T=1 over the prompts whose continuation is not degenerate (< 20 % distinct 4-grams: a "
                  "repeated token makes every draft pass); the `degenerate` columns give the share of prompts left out "
-                 "(greedy columns: the same under greedy decoding). Acceptance conventions: P(prefix≥j) is "
+                 "(greedy columns: the same under greedy decoding). Each prompt is decoded several times on each side, plain and "
+                 "speculative back to back, so a change of machine load hits both alike; the speedup is the median over these "
+                 "pairs with its quartiles, from the worker thread's CPU time where the evaluation was contended (marked). "
+                 "Acceptance conventions: P(prefix≥j) is "
                  "*unconditional* (`decode/accept/p{j}`, vLLM's per-position rate), P(j | 1..j−1) *conditional* "
                  "(`decode/accept_cond/p{j}`, vLLM speculators'); mean accept len counts the bonus/correction token "
                  "(`decode/mean_accept_len`, vLLM's and Spec-Bench's τ, 1.00 for plain decoding), mean accepted does not "
-                 "(`decode/mean_accepted`). Speedup = decode-phase tokens/s speculative / plain, same prompts. "
+                 "(`decode/mean_accepted`). "
                  "Path accept (`decode/path_accept`): share of rounds with every draft slot inside the output whose "
                  "accepted path reached full depth; next to it the share whose rank-0 drafts were all right "
-                 "(`decode/top1_all`) inside the Fréchet bounds of M7.4 §0x08B from the per-position top-1 agreement a_j "
+                 "(`decode/top1_all`) inside the Fréchet bounds (the tightest bounds on P(every draft right) that the per-position rates alone allow) "
+                 "from the per-position top-1 agreement a_j "
                  "(`decode/top1/p{j}`): max(0, Σa_j − J + 1) ≤ P(all) ≤ min a_j (`decode/frechet_lower`, "
                  "`decode/frechet_upper`). For a chain path accept = top-1 all. "
-                 "DeepSeek's validation estimate is teacher-forced.")
+                 "DeepSeek's validation estimate is teacher-forced (its depths saw the true earlier tokens).")
 
 
 def md_escape(cell: str) -> str:

@@ -18,6 +18,7 @@ from lab.model.heads import display_rank
 from lab.report.plotting import color, figure, save_png, short, style_map
 from lab.report.records import finite
 from lab.report.router_figures import expert_load_heatmaps
+from lab.report.speeds import speedup_metric
 from lab.report.spikes import find_spikes, robust_range
 from lab.report.table import Variant
 
@@ -228,7 +229,7 @@ def horizon_accuracy(variants: list[Variant], path: Path) -> Path | None:
     """Medusa-style: top-1 validation accuracy of horizon k vs k, and chain acceptance.
 
     Teacher-forced heads (DeepSeek depths) get their own row of panels: their accuracy answers
-    an easier question than a blind head's (DESIGN.md §7), so the two never share an axis.
+    an easier question than a blind head's (they see the true tokens before t+k), so the two never share an axis.
     """
     measured = [v for v in sorted(variants, key=order_key) if v.stat("val/acc/h1")[0] is not None]
     groups = [(title, [v for v in measured if v.teacher_forced == forced]) for forced, title in ACCURACY_GROUPS]
@@ -269,7 +270,7 @@ def live_decoding(variants: list[Variant], path: Path) -> Path | None:
     """End-of-training decoding (DecodingEval): acceptance by draft position both ways, and tokens/forward.
 
     The headline is exact speculative sampling at T = 1 over the prompts whose continuation is
-    not degenerate (DESIGN.md §10); each variant's bar carries its distinct-4-gram ratio and how
+    not degenerate; each variant's bar carries its distinct-4-gram ratio and how
     many prompts were flagged degenerate, so a repeated-token continuation cannot pass as speed.
     """
     decoded = lambda v: any(v.stat(m)[0] is not None for m in ("decode/distinct4", "decode/accept/p1"))  # noqa: E731 (older runs log no distinct4)
@@ -345,7 +346,7 @@ def loss_speedup_points(variants: list[Variant]) -> list[LossSpeedup]:
     points = []
     for variant in sorted(variants, key=order_key):
         loss, loss_sd, _ = variant.stat("val/loss")
-        speedup, speedup_sd, _ = variant.stat("decode/speedup")
+        speedup, speedup_sd, _ = variant.stat(speedup_metric(variant))  # CPU-time ratios when contended (lab.report.speeds)
         if loss is None or (speedup is None and variant.max_k > 1):
             continue
         measured = speedup is not None
@@ -367,7 +368,7 @@ def loss_vs_speedup(variants: list[Variant], path: Path) -> Path | None:
                         markersize=6, capsize=2, linestyle="none", label=short(p.variant.label) + ("" if p.measured else " (plain)"))
             ax.annotate(short(p.variant.label, 20), (p.speedup, p.loss), xytext=(4, 4), textcoords="offset points", fontsize=7)
         ax.axvline(1.0, color="black", linestyle=":", linewidth=0.8)
-        ax.set_xlabel("measured decoding speedup (speculative / plain tokens/s, T=1, non-degenerate prompts)")
+        ax.set_xlabel("measured decoding speedup (paired median of speculative / plain tokens/s, T=1; CPU time where contended)")
         ax.set_ylabel("val next-token loss (nats)")
         ax.set_title("Next-token loss vs self-speculative decoding speedup\n(lower right is better; mean ± sd over seeds)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -15,10 +15,11 @@ from lab.report.records import RECORD_FIELDS, finite, override_items
 SEED_KEYS = ("seed", "+seed", "++seed")
 HORIZON_METRIC = re.compile(r"^(?P<base>.+)/h(?P<k>\d+)$")
 BASE_COLUMNS = ("job", "run_dir", "overrides", "status", "error", "run_time_s", *RECORD_FIELDS, "steps_logged")
-# From run.json `cost` (lab/model/cost.py and the TokenThroughput callback's measured totals).
+# From run.json `cost` (lab/model/cost.py and the TokenThroughput callback's measured totals, CPU time and contention).
 COST_COLUMNS = (
     "params_total", "blocks_trunk", "blocks_head", "blocks_next_token_path", "train_flops_per_token",
-    "train_tokens_per_s", "train_time_s",
+    "train_tokens_per_s", "train_time_s", "train_tokens_per_cpu_s", "train_thread_cpu_s", "train_process_cpu_s", "train_cpu_share",
+    "train_threads", "train_cores", "train_load_start", "train_load_end", "train_contended",
 )
 
 

@@ -175,7 +175,7 @@ def findings_markdown(sweep: Sweep, grouping_: Grouping) -> str:
 
 
 def horizon_note(sweep: Sweep, key: str) -> str:
-    """DESIGN §7: a DeepSeek depth's k ≥ 2 metrics are teacher-forced; say so where they meet blind heads."""
+    """A DeepSeek depth's k ≥ 2 metrics are teacher-forced (it sees the true earlier tokens); say so where they meet blind heads."""
     match = HORIZON_KEY.match(key)
     if not match or int(match.group("k")) < 2:
         return ""
@@ -230,7 +230,7 @@ def logit_memory(p: Panels) -> list:
 
 
 def decoding(p: Panels) -> list:
-    """decode/* first, then draft agreement; nothing until runs log them (lab.decode, DESIGN §10)."""
+    """decode/* first, then draft agreement; nothing until runs log them (lab.decode)."""
     return [p.bar(key) for key in sorted((k for k in p.keys if DECODING_KEY.match(k)), key=lambda k: (not k.startswith("decode/"), k))]
 
 

@@ -29,6 +29,7 @@ EXPECTED = {
                      "spec/plain throughput (paired)"],
     "decode_round_ops": ["aten ops per round", "speculative round", "goal: greedy proposal + acceptance <= 5 ops per round"],
     "gpu_throughput": ["tokens/s", "MFU", "paired vs ntp", "goal: parallel K=4 FLOP throughput >= 0.9 x ntp (eager)"],
+    "hidden_cache": ["cached / live (paired, CPU time)", "where the cached step's time goes", "goal: cached step <= 0.5 x live frozen step"],
 }
 # Goal lines (a text each contains) whose verdict does not depend on timing: they must say PASS.
 STRUCTURAL = {

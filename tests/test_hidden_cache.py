@@ -73,10 +73,15 @@ def training_rows(seed: int = 0, n_rows: int = 6) -> list[dict]:
     return [{name: value[i] for name, value in batch.items()} for i in range(n_rows)]
 
 
-def frozen_model(head: dict, dtype: str = "float32", seed: int = 0):
+TRUNKS = {
+    "hf": lambda dtype: {"name": "hf", "config": hf_llama_config(vocab=VOCAB, d_model=16, n_layers=2), "dtype": dtype},
+    "gpt": lambda dtype: {"vocab_size": VOCAB, "d_model": 16, "n_layers": 2, "n_heads": 2},  # the harness's own trunk
+}
+
+
+def frozen_model(head: dict, dtype: str = "float32", seed: int = 0, trunk: str = "hf"):
     torch.manual_seed(seed)
-    model = build_model({"name": "hf", "config": hf_llama_config(vocab=VOCAB, d_model=16, n_layers=2), "dtype": dtype},
-                        {**head, "trunk_grad": "frozen", "n_layers": 1})
+    model = build_model(TRUNKS[trunk](dtype), {**head, "trunk_grad": "frozen", "n_layers": 1, "compute_match": "none"})
     with torch.no_grad():  # heads start away from their zero init (Medusa), so every gradient is non-trivial
         for param in model.head.parameters():
             if param.requires_grad:
@@ -92,10 +97,13 @@ def one_step(model, batch: dict, target: str):
     return outputs, grads
 
 
-@pytest.mark.parametrize("target", ["data", "distill", "mix"])
-@pytest.mark.parametrize("head", sorted(HEADS))
-def test_a_cached_step_equals_a_live_frozen_step(head, target, tmp_path):
-    model = frozen_model(HEADS[head])
+CASES = [("hf", head, target) for head in sorted(HEADS) for target in ("data", "distill", "mix")]
+CASES += [("gpt", head, "data") for head in ("deepseek", "medusa", "parallel")]
+
+
+@pytest.mark.parametrize("trunk, head, target", CASES)
+def test_a_cached_step_equals_a_live_frozen_step(trunk, head, target, tmp_path):
+    model = frozen_model(HEADS[head], trunk=trunk)
     rows = training_rows()
     cached, record = open_hidden_cache(model, rows, tmp_path, batch_size=4)  # built in batches of 4, read in other batches
     assert record["built"] and len(cached) == len(rows)
@@ -106,7 +114,7 @@ def test_a_cached_step_equals_a_live_frozen_step(head, target, tmp_path):
 
     live, live_grads = one_step(model, live_batch, target)
     calls = []
-    handle = model.trunk.hf.base_model.register_forward_pre_hook(lambda *args: calls.append(1))
+    handle = model.trunk.register_forward_pre_hook(lambda *args: calls.append(1))
     try:
         from_cache, cached_grads = one_step(model, cached_batch, target)
     finally:

@@ -49,16 +49,19 @@ class Timing:
         return self.describe(1e3, 1)
 
 
-def interleave(variants: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, Timing]:
-    """Time `fn()` of every variant `repeats` times in rotated round-robin order, after `warmup` rounds."""
+def interleave(variants: dict[str, Callable[[], object]], repeats: int, warmup: int = 1,
+               clock: Callable[[], float] = time.perf_counter) -> dict[str, Timing]:
+    """Time `fn()` of every variant `repeats` times in rotated round-robin order, after `warmup` rounds.
+    `clock`: wall time by default; `time.thread_time` measures this thread's CPU time (a shared machine's
+    other load does not count; with torch on one thread it is all the step's compute)."""
     names = list(variants)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for round_index in range(warmup + repeats):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
+            start = clock()
             variants[name]()
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
             if round_index >= warmup:
                 samples[name].append(elapsed)
     return {name: Timing(values) for name, values in samples.items()}

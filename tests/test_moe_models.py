@@ -77,6 +77,16 @@ def test_a_native_depth_module_is_the_familys_moe_decoder_layer(family):
         assert blocks[0].self_attn.kv_a_proj_with_mqa.out_features == 16 + 8  # MLA: latent + rotary key
 
 
+def test_a_native_depth_is_an_moe_layer_even_where_every_trunk_layer_is_dense():
+    """first_k_dense_replace above the trunk's depth: transformers still builds its MTP layers with experts
+    (get_mtp_config sets it to 0), and so does head.block=native."""
+    model = moe("deepseek_v3", "deepseek_native", first_k_dense_replace=5)
+    assert {type(b.mlp).__name__ for b in model.trunk.blocks} == {"DeepseekV3MLP"}
+    assert [type(m.block.mlp).__name__ for m in model.head.depth_modules] == ["DeepseekV3MoE"] * 2
+    mtp = model.hf_model.config.get_mtp_config()  # what transformers builds its own MTP layers from
+    assert mtp.first_k_dense_replace == 0
+
+
 def horizon_logits(model, batch) -> list[torch.Tensor]:
     with torch.no_grad():
         return [model.horizon_logits(h.k, h.hidden) for h in model(batch)]  # k × [B, S-k, V]

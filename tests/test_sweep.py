@@ -184,7 +184,8 @@ def test_every_experiment_job_composes_and_builds(name):
             if cfg.data.source in TASKS:  # a generated data set checks itself without files (scale names its corpus at launch)
                 check_data_config(OmegaConf.to_container(cfg.data, resolve=True))
             model = OmegaConf.to_container(cfg.model, resolve=True)
-            model["vocab_size"] = model["vocab_size"] or cfg.data.get("vocab_size") or 259
+            if model.get("name") != "hf":  # a model=hf config has its own vocabulary
+                model["vocab_size"] = model["vocab_size"] or cfg.data.get("vocab_size") or 259
             parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("head", "reduction", "weights", "schedule", "optim", "objective")}
             module = MTPLitModule(model=model, total_steps=int(cfg.trainer.max_steps), **parts)
             check_horizons_fit(module.model.k, cfg.data.seq_len, module.model.head_cfg.offsets)

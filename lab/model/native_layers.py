@@ -56,9 +56,14 @@ def extend_per_layer_lists(config, n_layers: int) -> None:
 
 
 def fresh_layer_config(hf_config, n_layers: int):
-    """A copy of the text config whose per-layer lists cover `n_layers` layers (trunk + fresh)."""
+    """A copy of the text config whose per-layer lists cover `n_layers` layers (trunk + fresh).
+
+    MoE families that keep their first layers dense (`first_k_dense_replace`) get 0 there: a head layer is an
+    MoE layer whatever its index, as transformers builds MTP layers (`PreTrainedConfig.get_mtp_config`)."""
     config = copy.deepcopy(text_config(hf_config))
     extend_per_layer_lists(config, n_layers)
+    if getattr(config, "first_k_dense_replace", None):
+        config.first_k_dense_replace = 0
     return config
 
 

@@ -58,7 +58,7 @@ def trunk_fingerprint(model) -> dict:
     for name, tensor in sorted(model.trunk.state_dict().items()):
         digest.update(name.encode("utf-8"))
         digest.update(str(tensor.dtype).encode("utf-8"))
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())  # hashed in place, no bytes copy
     return {"trunk": type(model.trunk).__name__, "weights_sha256": digest.hexdigest(),
             "attn_implementation": getattr(model.model_cfg, "attn_implementation", None)}
 

@@ -58,7 +58,7 @@ def trunk_fingerprint(model) -> dict:
     for name, tensor in sorted(model.trunk.state_dict().items()):
         digest.update(name.encode("utf-8"))
         digest.update(str(tensor.dtype).encode("utf-8"))
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())  # hashed in place, no bytes copy
     return {"trunk": type(model.trunk).__name__, "weights_sha256": digest.hexdigest(),
             "attn_implementation": getattr(model.model_cfg, "attn_implementation", None)}
 
@@ -122,7 +122,12 @@ def open_hidden_cache(model, rows: Dataset, root: str | os.PathLike, batch_size:
         with FileLock(str(root / f"{key}.lock")):  # one builder per entry (DDP ranks, parallel sweep jobs)
             built = not folder.is_dir()
             if built:
-                write_entry(model, rows, folder, description, batch_size)
+                was_training = model.trunk.training
+                model.trunk.eval()  # as a frozen trunk runs in training (no dropout)
+                try:
+                    write_entry(model, rows, folder, description, batch_size)
+                finally:
+                    model.trunk.train(was_training)
     except PermissionError as error:
         raise ConfigError("hidden_cache", f"cannot write the cache under {root} ({error.strerror}): set paths.cache_dir to a writable folder") from None
     meta = verified_meta(folder, key)

@@ -118,6 +118,12 @@ def test_release_generates_the_parent_checkpoints_tokens(run_dir, tmp_path, caps
         (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--tree", "2,x"], None, "--tree"),
         (["--prompt", "x", "--max-new-tokens", "4", "--tree", "2,2"], None, "--tree"),
         (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--tree", "2,2,2"], None, "tree"),  # K=3 drafts 2 positions
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram", "2,0"], None, "--ngram: n-gram lengths must be ≥ 1"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--ngram", "2"], None, "--ngram: proposes drafts"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram-draft", "3"], None, "--ngram-draft: sets up prompt lookup"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram", "2", "--ngram-draft", "0"], None, "--ngram-draft: must be ≥ 1"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram", "2", "--ngram-draft", "31"], None, "--ngram-draft: must be < 31"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram", "2", "--ngram-only", "--tree", "2,2"], None, "tree: shapes"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(run_dir, args, stdin, field, capsysbinary, monkeypatch):
@@ -125,6 +131,16 @@ def test_bad_input_is_one_line_exit_2(run_dir, args, stdin, field, capsysbinary,
     lines = [line for line in err.decode().splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}"), err
     assert out == b""
+
+
+def test_prompt_lookup_from_the_cli_emits_the_plain_greedy_tokens(run_dir, capsysbinary, monkeypatch):
+    prompt = "x = 1\nx = 1\nx ="  # 13 byte tokens: the trained context is 32
+    plain = lab_generate_in_process(capsysbinary, monkeypatch, str(run_dir), "--prompt", prompt, "--max-new-tokens", "8")
+    assert plain[0] == 0 and plain[1]
+    for extra in (["--ngram-only"], ["--ngram-draft", "4"]):
+        code, out, err = lab_generate_in_process(capsysbinary, monkeypatch, str(run_dir), "--prompt", prompt, "--max-new-tokens", "8",
+                                                 "--speculative", "--ngram", "3,2,1", *extra)
+        assert code == 0 and out == plain[1], err
 
 
 def test_generating_past_the_trained_context_warns_in_one_line_naming_it(run_dir, capsysbinary, monkeypatch):

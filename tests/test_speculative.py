@@ -241,6 +241,17 @@ class CheckedDecoder(Decoder):
         return following
 
 
+def plain_decode_state(model, prompt: list[int], committed: list[int]) -> CachedModel:
+    """The caches of a plain decode of the same committed tokens: prefill, then one token per forward."""
+    plain = CachedModel(model)
+    plain.forward(prompt)
+    plain.commit(family=None)
+    for token in committed[len(prompt) :]:
+        plain.forward([token])
+        plain.commit(family=None)
+    return plain
+
+
 @pytest.mark.parametrize("head", ["parallel", "causal", "anticausal", "deepseek_d2"])
 def test_committed_caches_equal_a_plain_decode_of_the_committed_tokens(head):
     model = model64(head)
@@ -252,13 +263,7 @@ def test_committed_caches_equal_a_plain_decode_of_the_committed_tokens(head):
         rejections = sum(p - a for p, a in zip(out.stats["proposed_by_position"], out.stats["accepted_by_position"]))
         assert decoder.checks > 0 and rejections > 0
         committed = (prompt + out.tokens)[: decoder.state.length]
-        # A plain decode of the same committed tokens: prefill, then one token per forward.
-        plain = CachedModel(model)
-        plain.forward(prompt)
-        plain.commit(family=None)
-        for token in committed[len(prompt) :]:
-            plain.forward([token])
-            plain.commit(family=None)
+        plain = plain_decode_state(model, prompt, committed)
         for key, cache in plain.caches.caches.items():
             mine = decoder.state.caches.caches[key]
             assert mine.committed == cache.committed == len(committed)

@@ -11,6 +11,7 @@ different lengths divided by the difference in rounds (prefill cancels out).
     python -m experiments.benchmarks.decode_round_ops                 # parallel K=4, compute_match=blocks
     python -m experiments.benchmarks.decode_round_ops --head linear --layers 8
     python -m experiments.benchmarks.decode_round_ops --quick          # 5 layers, seconds
+    python -m experiments.benchmarks.decode_round_ops --hf /work/models/smollm2-135m-hf --head identity   # a transformers trunk
 
 Goal (structural, counts do not depend on load): a greedy round's proposal and acceptance
 dispatch at most 5 ops in all, whatever the number of drafts (no per-draft host work).
@@ -93,10 +94,17 @@ def main() -> None:
     parser.add_argument("--head", default="parallel")
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--quick", action="store_true", help="5 layers: a smoke run")
+    parser.add_argument("--hf", default=None, help="a transformers model folder as the trunk (model=hf; heads untrained, compute_match none)")
     args = parser.parse_args()
     args.layers = 5 if args.quick else args.layers  # blocks: 1 trunk block + 4 head blocks
     torch.manual_seed(0)
-    model = MTPModel(ModelConfig(vocab_size=259, d_model=96, n_layers=args.layers, n_heads=4), HeadConfig(name=args.head, k=4)).eval()
+    if args.hf:
+        from lab.model.mtp import build_model
+
+        model = build_model({"name": "hf", "path": args.hf}, {"name": args.head, "k": 4, "compute_match": "none"}).eval()
+        args.layers = model.model_cfg.n_layers
+    else:
+        model = MTPModel(ModelConfig(vocab_size=259, d_model=96, n_layers=args.layers, n_heads=4), HeadConfig(name=args.head, k=4)).eval()
     prompt = torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(0))
     stages = ["target pass", "draft blocks", "proposal", "acceptance", "other"]
     rows, greedy_host = [], float("nan")
@@ -108,7 +116,8 @@ def main() -> None:
                 greedy_host = counts.get("proposal", 0) + counts.get("acceptance", 0)
             rows.append([f"T={temperature:g}", mode, *[round(counts.get(s, 0), 1) for s in stages], round(total, 1),
                          round(total / sum(plain.values()), 2)])
-    print(f"== aten ops per round: {args.head} K=4 (compute_match=blocks), d_model 96, {args.layers} layers, V=259, random weights, prompt 64")
+    what = f"{args.hf} + untrained {args.head} K=4" if args.hf else f"{args.head} K=4 (compute_match=blocks), d_model 96, V=259, random weights"
+    print(f"== aten ops per round: {what}, {args.layers} layers, prompt 64")
     print(table(["T", "mode", *stages, "total", "vs plain step"], rows))
     print(f"goal: greedy proposal + acceptance <= 5 ops per round: {greedy_host:.1f} {verdict(greedy_host <= 5)}")
 

@@ -264,6 +264,12 @@ def main() -> None:
     parser.add_argument("--skip-spec-part", action="store_true", help="with --runs: skip the batch-1 speculative part (e.g. only --batch)")
     parser.add_argument("--batch", type=lambda text: [int(b) for b in text.split(",")], default=None,
                         help="batch sizes, e.g. 1,4,16: plain vs speculative throughput of batched requests (runs, or a random parallel K=4 model)")
+    parser.add_argument("--peers", type=Path, default=None,
+                        help="a transformers model folder: harness decoders against transformers' generate and prompt lookup (decode_peers.py)")
+    parser.add_argument("--heads", default="identity:3",
+                        help="with --peers: untrained heads NAME:K on the model; their next-token path must stay the model's own (identity, medusa, deepseek)")
+    parser.add_argument("--peer-tree", default="2,2", help="with --peers: the heads' draft tree (widths)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="with --peers: the model's dtype")
     parser.add_argument("--trees", default=None,
                         help='draft trees to compare with the chain, e.g. "4,3,2;2,2,2;auto:16" (auto:N = N nodes from the run\'s val/agree; needs --runs)')
     args = parser.parse_args()
@@ -277,6 +283,22 @@ def main() -> None:
         batch_report(batch_models(args.runs, args.prompts, args.prompt_tokens), args.batch, new_tokens, 1 if args.quick else args.spec_repeats)
     if args.runs and args.trees:
         tree_report(args.runs, args.trees.split(";"), args.prompts, args.prompt_tokens, args.new_tokens)
+    if args.peers:
+        peers(args.peers, args.heads, args.peer_tree, args.dtype, new_tokens, 1 if args.quick else args.spec_repeats)
+
+
+def peers(folder: Path, heads: str, tree: str, dtype: str, new_tokens: int, repeats: int) -> None:
+    from transformers import AutoTokenizer
+
+    from experiments.benchmarks.decode_peers import peers_report, print_peers, prompt_token_ids
+    from lab.model.mtp import build_model
+
+    name, k = heads.split(":")
+    head = {"name": name, "k": int(k), "compute_match": "none"}
+    model = build_model({"name": "hf", "path": str(folder), "dtype": dtype}, head).eval()
+    prompts = prompt_token_ids(AutoTokenizer.from_pretrained(folder), Path(__file__).resolve().parents[2])
+    label = f"{folder.name} {dtype} + untrained {name} K={k}"
+    print_peers(peers_report(model, prompts, new_tokens, repeats, [int(w) for w in tree.split(",")] if tree else None, label), new_tokens, repeats)
 
 
 def batch_models(run_dirs: list[Path], n_prompts: int, prompt_tokens: int) -> list:

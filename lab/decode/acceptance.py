@@ -81,6 +81,13 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return positive / mass if mass > 0 else p
 
 
+def without(p: torch.Tensor, y: int) -> torch.Tensor:
+    """The law after rejecting a point-mass proposal y: p with y removed, renormalised (the residual of p − δ_y)."""
+    positive = p.clone()
+    positive[y] = 0.0  # [V]
+    return positive / positive.sum()  # a rejection of y had probability 1 − p(y) > 0, so mass is left
+
+
 def accept_tree(buffer: ProposalBuffer, target_logits: torch.Tensor, chooser: TokenChooser) -> tuple[list[int], int]:
     """(accepted path: node ids from the root's child down, the token after it: correction or bonus).
 
@@ -108,10 +115,10 @@ def accept_tree(buffer: ProposalBuffer, target_logits: torch.Tensor, chooser: To
     while True:
         p = target_probs[node]  # [V]
         for child in shape.children[node]:
-            y, q = buffer.tokens[child], buffer.candidate_probs[shape.depths[child] - 1][shape.ranks[child]]  # q: [V]
-            if draws.accept(min(1.0, (p[y] / q[y]).item())):
+            y, q = buffer.tokens[child], buffer.law(child)  # q: [V], or None for a point mass on y
+            if draws.accept(min(1.0, (p[y] if q is None else p[y] / q[y]).item())):
                 break
-            p = residual(p, q)
+            p = residual(p, q) if q is not None else without(p, y)
         else:
             return path, draws.sample(p)  # every child failed (or a leaf: p is its target law, the bonus)
         node = child

@@ -167,9 +167,17 @@ class CacheSet:
         cache = self.cache(key)
         start = cache.length
         self._rotary(start, shape.depth + 1, device)  # grow the table to cover the deepest node
-        positions = torch.tensor(shape.depths, device=device) + start  # [n]
+        positions = self._tree_depths(shape, device) + start  # [n]
         cos, sin = self._cos[:, :, positions], self._sin[:, :, positions]  # [1, 1, n, hd/2] each
-        return AttentionContext(self._tree_mask(start, shape, device), cos, sin, kv=cache)
+        # position_ids: transformers layers (an HF trunk, native head blocks) compute their rotary angles from them
+        return AttentionContext(self._tree_mask(start, shape, device), cos, sin, kv=cache, position_ids=positions[None])  # [1, n]
+
+    def _tree_depths(self, shape, device) -> torch.Tensor:
+        """[n] node depths of `shape`, built once per tree."""
+        key = ("depths", shape)
+        if key not in self._masks:
+            self._masks[key] = torch.tensor(shape.depths, device=device)
+        return self._masks[key]
 
     def context(self, key, n_rows: int, device) -> AttentionContext:
         """Context for `n_rows` new rows appended to stack `key`: one document, positions continue."""

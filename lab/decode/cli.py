@@ -14,6 +14,7 @@ import torch
 from lab.decode.generate import generate
 from lab.decode.ledger import ledger_line
 from lab.decode.loading import load_for_generation
+from lab.decode.ngram import DEFAULT_MAX_DRAFT, PromptLookup
 from lab.errors import ConfigError
 
 
@@ -52,6 +53,32 @@ def parse_tree(text: str | None, speculative: bool) -> list[int] | None:
         raise ConfigError("--tree", f"must be comma-separated widths per draft position (e.g. 4,3,2), got {text!r}") from None
 
 
+def parse_ngram(args) -> PromptLookup | None:
+    """`--ngram 3,2,1 [--ngram-draft 10] [--ngram-only]`: prompt lookup drafts, n-gram lengths tried longest first."""
+    if args.ngram is None:
+        if args.ngram_draft is not None or args.ngram_only:
+            raise ConfigError("--ngram-draft" if args.ngram_draft is not None else "--ngram-only", "sets up prompt lookup: add --ngram SIZES (e.g. 3,2,1)")
+        return None
+    if not args.speculative:
+        raise ConfigError("--ngram", "proposes drafts that the model verifies: add --speculative")
+    try:
+        sizes = [int(n) for n in args.ngram.split(",")]
+    except ValueError:
+        raise ConfigError("--ngram", f"must be comma-separated n-gram lengths ≥ 1 (e.g. 3,2,1), got {args.ngram!r}") from None
+    if any(n < 1 for n in sizes):
+        raise ConfigError("--ngram", f"n-gram lengths must be ≥ 1, got {args.ngram!r}")
+    draft = DEFAULT_MAX_DRAFT if args.ngram_draft is None else args.ngram_draft
+    if draft < 1:
+        raise ConfigError("--ngram-draft", f"must be ≥ 1 (draft tokens per round), got {draft}")
+    return PromptLookup(tuple(sizes), draft, with_heads=not args.ngram_only)
+
+
+def check_ngram_context(ngram: PromptLookup | None, context: int | None) -> None:
+    if ngram is not None and context is not None and ngram.max_draft >= context - 1:
+        raise ConfigError("--ngram-draft", f"must be < {context - 1}: {ngram.max_draft} drafts per round do not fit the trained context "
+                          f"data.seq_len={context}")
+
+
 def check_context(prompt_tokens: int, new_tokens: int, context: int | None, refuse: bool) -> None:
     """Generating past the trained length uses rotary positions training never saw: a warning line, or (--max-context) a refusal."""
     total = prompt_tokens + new_tokens
@@ -71,9 +98,11 @@ def run(args) -> None:
     if args.max_new_tokens < 0:
         raise ConfigError("--max-new-tokens", f"must be ≥ 0, got {args.max_new_tokens}")
     tree = parse_tree(args.tree, args.speculative)
+    ngram = parse_ngram(args)
     text = read_prompt(args)
     loaded = load_for_generation(args.model)
-    if args.speculative and loaded.proposer_refusal:
+    check_ngram_context(ngram, loaded.context)
+    if args.speculative and loaded.proposer_refusal and ngram is None:  # prompt lookup needs no heads
         raise ConfigError("--speculative", loaded.proposer_refusal)
     ids = loaded.tokenizer.encode(text)
     if not ids:
@@ -85,6 +114,7 @@ def run(args) -> None:
     out = generate(
         loaded.model, torch.tensor(ids), args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
         speculative=args.speculative, draft_steps=args.draft_steps, eos=loaded.tokenizer.eos_id, generator=generator, tree=tree,
+        ngram=ngram,
     )
     sys.stdout.write(loaded.tokenizer.decode(out.tokens) + "\n")
     sys.stdout.flush()
@@ -108,6 +138,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--speculative", action="store_true", help="draft with the MTP heads, verify with the model (exact)")
     parser.add_argument("--draft-steps", type=int, default=None, help="drafts per round (default: K-1 heads, or D DeepSeek depths)")
     parser.add_argument("--tree", default=None, help="with --speculative: verify a tree of candidates, widths per draft position (e.g. 4,3,2)")
+    parser.add_argument("--ngram", default=None, help="with --speculative: prompt lookup drafts, n-gram lengths tried longest first (e.g. 3,2,1)")
+    parser.add_argument("--ngram-draft", type=int, default=None, help=f"prompt lookup: draft tokens per round at most (default {DEFAULT_MAX_DRAFT})")
+    parser.add_argument("--ngram-only", action="store_true", help="prompt lookup alone, without the model's draft heads")
     parser.add_argument("--max-context", action="store_true", help="refuse (instead of warning) when prompt + new tokens exceed the trained data.seq_len")
     args = parser.parse_args(argv)
     try:

@@ -25,6 +25,7 @@ import torch
 from lab.decode.acceptance import accept_tree
 from lab.decode.batch import generate_batch, is_batch
 from lab.decode.ledger import acceptance_conventions, record_round, settle_paths
+from lab.decode.ngram import PromptLookup
 from lab.decode.proposers import build_proposer
 from lab.decode.request import Generation, check_request
 from lab.decode.sampling import TokenChooser
@@ -46,6 +47,7 @@ def generate(
     generator: torch.Generator | None = None,
     tree=None,
     draws=None,
+    ngram: PromptLookup | dict | None = None,
 ) -> Generation | list[Generation]:
     """Continue `prompt` ([P] token ids) by up to `max_new_tokens` tokens (DESIGN.md §10).
 
@@ -53,24 +55,48 @@ def generate(
     paths of candidate ranks (`[[0, 0], [0, 1], [1]]`). `draws`: the source of every random
     choice (default: `generator`'s; see lab.decode.sampling.TorchDraws). A batch (a [B, P]
     tensor or a list of 1-D prompts of any lengths) returns one Generation per prompt
-    (lab.decode.batched: chains, no trees).
+    (lab.decode.batched: chains, no trees). `ngram` (with `speculative`): prompt lookup drafts
+    (lab.decode.ngram.PromptLookup or its fields as a dict), alone on a model without draft heads
+    or with `with_heads=False`, else merged into the heads' chain or tree as one more branch.
     """
     if is_batch(prompt):
         require(tree is None and draws is None, "tree", "batched requests decode chains with torch's draws; give one prompt for a tree")
+        require(ngram is None, "ngram", "batched requests draft with the heads only; give one prompt for prompt lookup")
         return generate_batch(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, speculative=speculative,
                               draft_steps=draft_steps, eos=eos, generator=generator)
     check_request(model, prompt, max_new_tokens, temperature, top_k, draft_steps)
-    # A transformers trunk takes positions 0.. in order: a tree's per-node positions do not reach it.
-    require(tree is None or not model.has_hf_trunk, "tree", "draft trees need the harness's GPT trunk; a transformers trunk (model=hf) decodes chains")
     shape = None if tree is None else tree_shape(tree)
+    lookup = prompt_lookup(ngram, speculative, model)
     model.eval()
     with torch.no_grad():
-        decoder = Decoder(model, TokenChooser(temperature, top_k, generator, draws), speculative, draft_steps, eos, shape)
+        decoder = Decoder(model, TokenChooser(temperature, top_k, generator, draws), speculative, draft_steps, eos, shape, lookup)
         return decoder.run(prompt.tolist(), max_new_tokens)
 
 
+def prompt_lookup(ngram, speculative: bool, model) -> PromptLookup | None:
+    """The n-gram settings of a request, checked against the request and the model's context."""
+    if ngram is None:
+        return None
+    require(speculative, "ngram", "proposes drafts that the model verifies: it needs speculative=True")
+    if isinstance(ngram, dict):
+        unknown = set(ngram) - {"sizes", "max_draft", "with_heads"}
+        require(not unknown, "ngram", f"has unknown fields {sorted(unknown)}; allowed: sizes, max_draft, with_heads")
+        ngram = PromptLookup(**ngram)
+    require(isinstance(ngram, PromptLookup), "ngram", f"must be a PromptLookup or a dict of its fields, got {type(ngram).__name__}")
+    ngram.check_context(model_context(model))
+    return ngram
+
+
+def model_context(model) -> int | None:
+    """Positions the model was built for (a transformers config's max_position_embeddings); None when it declares none."""
+    if not model.has_hf_trunk:
+        return None
+    return getattr(model.hf_model.config, "max_position_embeddings", None)
+
+
 class Decoder:
-    def __init__(self, model, chooser: TokenChooser, speculative: bool, draft_steps: int | None, eos: int | None, tree=None):
+    def __init__(self, model, chooser: TokenChooser, speculative: bool, draft_steps: int | None, eos: int | None, tree=None,
+                 ngram: PromptLookup | None = None):
         self.state = CachedModel(model)
         self.chooser, self.eos = chooser, eos
         if speculative and not model.head_cfg.contiguous_offsets:
@@ -83,10 +109,10 @@ class Decoder:
                               f"use at most {model.k - 1} widths")
         if tree is not None and max(tree.widths) > model.model_cfg.vocab_size:
             raise ConfigError("tree", f"asks for {max(tree.widths)} candidates at one position; the vocabulary has {model.model_cfg.vocab_size}")
-        self.proposer = build_proposer(self.state, draft_steps, tree) if speculative else None
+        self.proposer = build_proposer(self.state, draft_steps, tree, ngram) if speculative else None
         if speculative and (self.proposer is None or self.proposer.max_drafts < 1):
             raise ConfigError(
-                "speculative", f"head '{model.head_cfg.name}' with K={model.k} has no draft heads; use a K ≥ 2 head or speculative=False"
+                "speculative", f"head '{model.head_cfg.name}' with K={model.k} has no draft heads; use a K ≥ 2 head, prompt lookup (ngram) or speculative=False"
             )
         self.stats = {
             "target_forwards": 0, "rounds": 0, "emitted": 0, "fallbacks": 0,
@@ -95,16 +121,17 @@ class Decoder:
             "emitted_by_round": [], "proposed_by_round": [], "accepted_by_round": [], "stopped_by_round": [],
             "prefill_time_s": 0.0, "draft_time_s": 0.0, "verify_time_s": 0.0,
             "tree_nodes": 0,  # draft nodes verified, all rounds
+            "lookup_nodes": 0, "lookup_accepted": 0,  # of them proposed by prompt lookup (point masses), and accepted
             "accepted_beyond_top1": 0,  # rounds whose accepted path took a candidate of rank ≥ 1 (a tree's gain over the chain)
             # where a round's time goes: the target forward, the draft blocks, and everything else
             # (projections of drafts, candidate choice, acceptance, cache commits, bookkeeping)
             "time_split_s": {"target_forward": 0.0, "draft_blocks": 0.0, "outside_blocks": 0.0},
         }
 
-    def target_pass(self, tokens: list[int], shape=None):
+    def target_pass(self, tokens: list[int], shape=None, last_logits_only: bool = False):
         """One target forward; the next-token path's time is verification time."""
         start = time.perf_counter()
-        result = self.state.forward(tokens, shape)
+        result = self.state.forward(tokens, shape, last_logits_only)
         self.stats["target_forwards"] += 1
         return result, time.perf_counter() - start
 
@@ -119,7 +146,7 @@ class Decoder:
         begin = time.perf_counter()
         out: list[int] = []
         if max_new_tokens > 0:
-            result, seconds = self.target_pass(prompt)  # prefill
+            result, seconds = self.target_pass(prompt, last_logits_only=True)  # prefill
             frontier, _ = self.chooser.choose(result.logits[-1])
             self.stats["prefill_time_s"] += seconds
             self.after_pass(result, list(range(len(prompt))))
@@ -167,9 +194,12 @@ class Decoder:
         self.after_pass(result, [0, *path])  # the frontier's row and the accepted path's rows
         accepted_tokens = buffer.path_tokens(path)
         self.stats["accepted_beyond_top1"] += any(buffer.shape.ranks[node] for node in path)
+        self.stats["lookup_nodes"] += len(buffer.point_masses)
+        self.stats["lookup_accepted"] += sum(node in buffer.point_masses for node in path)
         tokens += [frontier, *accepted_tokens]
         record_round(self.stats, len(out) - 1, buffer.path_tokens(_rank0_path(buffer.shape)), len(path))
-        return self.emit(out, accepted_tokens, following, remaining, m, buffer.shape.size - 1)
+        # positions offered: the deepest proposal (prompt lookup may find fewer than m drafts, or none)
+        return self.emit(out, accepted_tokens, following, remaining, buffer.shape.depth, buffer.shape.size - 1)
 
     def plain_step(self, tokens: list[int], frontier: int, out: list[int], remaining: int) -> int:
         """One target pass over the frontier, no drafts (plain decoding, or no slot left for a draft)."""

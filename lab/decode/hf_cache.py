@@ -28,11 +28,20 @@ class HFTrunkCache:
     def provisional(self) -> int:
         return self.length - self.committed
 
-    def forward_arguments(self, n_rows: int, mask: torch.Tensor | None, device) -> dict:
-        """What the HF base model takes to append `n_rows` rows after the cached ones (positions continue)."""
-        start = self.length
-        return {"cache": self.dynamic, "use_cache": True, "attention_mask": mask,
-                "position_ids": torch.arange(start, start + n_rows, device=device)[None]}  # [1, n]
+    def forward_arguments(self, n_rows: int, mask: torch.Tensor | None, device, position_ids: torch.Tensor | None = None) -> dict:
+        """What the HF base model takes to append `n_rows` rows after the cached ones: positions continue, or
+        `position_ids` [1, n] (a draft tree's nodes sit at their depth after the cached rows)."""
+        if position_ids is None:
+            start = self.length
+            position_ids = self._positions(start + n_rows, device)[:, start:]  # [1, n]
+        return {"cache": self.dynamic, "use_cache": True, "attention_mask": mask, "position_ids": position_ids}
+
+    def _positions(self, end: int, device) -> torch.Tensor:
+        """[1, ≥ end] positions 0.. (one table, grown by doubling: a round slices it instead of building one)."""
+        table = getattr(self, "_table", None)
+        if table is None or table.shape[1] < end:
+            table = self._table = torch.arange(max(256, 2 * end), device=device)[None]
+        return table[:, :end]
 
     def commit(self, n: int | None = None) -> None:
         """Make the first `n` provisional rows canonical (all when None) and remove the rest from the cache."""
@@ -48,14 +57,25 @@ class HFTrunkCache:
         self.commit(0)
 
     def commit_rows(self, rows: list[int]) -> None:
-        """Commit provisional rows `rows` (increasing offsets after the committed prefix); chains commit a prefix.
+        """Commit provisional rows `rows` (increasing offsets after the committed prefix) in that order; drop the rest.
 
-        A tree's path would need per-node positions in transformers' attention, which this cache does
-        not give (trees on HF trunks are refused in lab.decode.generate): any other row set is an error.
+        A tree pass's accepted path: its K/V rows move up to follow the committed prefix (their rotary
+        angles were computed at the node depths, which are exactly these positions), then the cache is
+        cropped, so the siblings' rows are gone. A chain's prefix moves nothing.
         """
         if rows != list(range(len(rows))):
-            raise ValueError(f"cache {self.key}: transformers' cache commits a prefix of its provisional rows, not rows {rows}")
+            if any(not 0 <= r < self.provisional for r in rows) or any(a >= b for a, b in zip(rows, rows[1:])):
+                raise ValueError(f"cache {self.key}: rows {rows} are not increasing offsets into {self.provisional} provisional rows")
+            start = self.committed
+            for layer in self.dynamic.layers:
+                index = torch.tensor(rows, device=layer.keys.device) + start  # [a]: absolute rows of the path
+                for buffer in (layer.keys, layer.values):  # [B, H, rows, hd]
+                    buffer[:, :, start : start + len(rows)] = buffer.index_select(2, index)  # a copy, so overlap is safe
         self.commit(len(rows))
+
+    def committed_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (K, V) of the committed rows only: [B, H, committed, hd] each."""
+        return [(layer.keys[:, :, : self.committed], layer.values[:, :, : self.committed]) for layer in self.dynamic.layers]
 
     def row_bytes(self) -> int:
         total = 0

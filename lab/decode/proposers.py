@@ -27,6 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from lab.decode.ngram import HeadsWithNgram, NgramProposer, PromptLookup
 from lab.decode.sampling import TokenChooser
 from lab.decode.target import CachedModel, TargetPass
 from lab.decode.tree import ProposalBuffer, TreeShape, build_buffer, ranked_candidates
@@ -59,7 +60,7 @@ class IndependentHeads:
     def after_verify(self, target_pass: TargetPass, rows: list[int]) -> None:
         last = rows[-1]  # the last row the target commits
         if self.head.drafts_reuse_next_token_logits:
-            self.next_logits = target_pass.logits[last].expand(self.model.k - 1, -1)  # [K-1, V]
+            self.next_logits = target_pass.logits_at(last).expand(self.model.k - 1, -1)  # [K-1, V]
             return
         start = time.perf_counter()
         if self.head.drafts_read_trunk_rows and len(rows) < target_pass.hidden.shape[0]:
@@ -87,6 +88,7 @@ class DeepSeekChain:
         self.max_drafts = self.head.depth if draft_steps is None else draft_steps
         self.seed_rows = []  # chunks [n_i, d] of the chain's input at committed target rows
         self.final_rows: dict[int, torch.Tensor] = {}  # step s -> [L_s, d] outputs of its final rows
+        self.draft_blocks_s = 0.0  # time inside the depth modules (the ledger's draft blocks)
 
     def after_verify(self, target_pass: TargetPass, rows: list[int]) -> None:
         self.seed_rows.append(self.head.chain_input(target_pass.hidden[rows], self.model.shared_parts()))  # [kept, d]
@@ -97,7 +99,10 @@ class DeepSeekChain:
         ids = torch.tensor(teachers, dtype=torch.long, device=previous.device)[None]  # [1, n]
         ctx = self.state.caches.context(("step", step), len(teachers), previous.device)
         module = self.head.chain_module(step)
-        return module(previous[None], self.model.trunk.embed(ids), ctx)[0]  # [n, d]
+        start = time.perf_counter()
+        rows = module(previous[None], self.model.trunk.embed(ids), ctx)[0]  # [n, d]
+        self.draft_blocks_s += time.perf_counter() - start
+        return rows
 
     def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
         drafts, probs = self.draft_chain(tokens, frontier, m, chooser)
@@ -145,8 +150,18 @@ def vocab_identity(model) -> str:
     return f"V={model.model_cfg.vocab_size}"
 
 
-def build_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None = None):
-    """The head's proposer (head classes say which through `draft_proposer`); `tree` for independent heads only."""
+def build_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None = None, ngram: PromptLookup | None = None):
+    """The head's proposer (head classes say which through `draft_proposer`); `tree` for independent heads only;
+    with `ngram`, prompt lookup alone (no draft heads, or `ngram.with_heads` off) or merged into the heads' proposals."""
+    heads = heads_proposer(state, draft_steps, tree) if ngram is None or ngram.with_heads else None
+    if ngram is None:
+        return heads
+    require(tree is None or heads is not None, "tree", "shapes the draft heads' candidates; prompt lookup alone drafts one chain (use tree=None)")
+    lookup = NgramProposer(state, ngram, vocab_identity(state.model))
+    return lookup if heads is None or heads.max_drafts < 1 else HeadsWithNgram(heads, lookup)
+
+
+def heads_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None):
     kind = getattr(state.model.head, "draft_proposer", None)
     if kind is None:
         return None

@@ -25,9 +25,14 @@ TRUNK = ("trunk",)
 @dataclass
 class TargetPass:
     hidden: torch.Tensor  # [n, d] trunk rows before the final norm (the DeepSeek chain's seed)
-    logits: torch.Tensor  # [n, V] horizon-1 logits: row i predicts the token after input i
+    logits: torch.Tensor  # [n - first_logit_row, V] horizon-1 logits: row i predicts the token after input first_logit_row + i
     more_horizons: Iterator[torch.Tensor]  # rows [1, n, d] of horizons 2, 3, … (computed on demand)
     ctx_for: Callable | None = None  # the pass's attention contexts, for draft stacks run after it
+    first_logit_row: int = 0  # a prefill projects its last row only (V-wide logits of every prompt row are never read)
+
+    def logits_at(self, row: int) -> torch.Tensor:
+        """[V] the horizon-1 logits of input row `row`."""
+        return self.logits[row - self.first_logit_row]
 
 
 class CachedModel:
@@ -48,17 +53,19 @@ class CachedModel:
         """Committed target rows (= tokens whose K/V the target holds)."""
         return self.caches.cache(TRUNK).committed
 
-    def forward(self, tokens: list[int], shape=None) -> TargetPass:
+    def forward(self, tokens: list[int], shape=None, last_logits_only: bool = False) -> TargetPass:
         """Run the next-token path on `tokens` placed after the cached rows (rows stay provisional).
 
         With a draft tree `shape` (lab.decode.tree.TreeShape), token i is node i of the tree.
+        `last_logits_only` (a prefill): project the last row only, as transformers' generate does.
         """
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[None]  # [1, n]
         ctx_for = self.caches.contexts(len(tokens), self.device, shape)
         hidden = self.model.trunk(ids, ctx_for(TRUNK))  # [1, n, d]
         rows = self.model.head.horizon_rows(hidden, ctx_for)
-        logits = self.model.horizon_logits(1, next(rows)[0])  # [n, V]
-        return TargetPass(hidden[0], logits, rows, ctx_for)
+        first = len(tokens) - 1 if last_logits_only else 0
+        logits = self.model.horizon_logits(1, next(rows)[0, first:])  # [n - first, V]
+        return TargetPass(hidden[0], logits, rows, ctx_for, first)
 
     def commit(self, n: int | None = None, family: str | None = "target") -> None:
         self.caches.record_peaks()

@@ -148,6 +148,9 @@ def tree_shape(spec) -> TreeShape:
     raise ConfigError("tree", f"must be {allowed}, got {spec!r}")
 
 
+NGRAM_HORIZON = -1  # `horizons` entry of a node that prompt lookup proposed (no head)
+
+
 @dataclass
 class ProposalBuffer:
     """One round's candidates (M7.4 §0x08B): what the target verifies and acceptance needs, nothing committed."""
@@ -155,11 +158,12 @@ class ProposalBuffer:
     prefix_version: int  # committed target rows the proposal was made after
     shape: TreeShape
     tokens: list[int]  # per node; node 0 is the frontier
-    horizons: list[int]  # per node, the horizon whose head proposed it (0 for the frontier)
+    horizons: list[int]  # per node, the horizon whose head proposed it (0 for the frontier, NGRAM_HORIZON for prompt lookup)
     candidate_probs: list[torch.Tensor | None]  # per draft position j: [b_j, V] float64, the law rank r was drawn from (None: greedy)
     draft_logits: torch.Tensor | None  # [depth, V] the heads' logits per draft position (greedy scores come from them)
     head_identity: str  # which head (and weights) proposed
     vocab_identity: str  # the vocabulary the token ids index
+    point_masses: frozenset[int] = frozenset()  # nodes proposed deterministically (prompt lookup): their law is all mass on their token
 
     @property
     def parents(self) -> tuple[int, ...]:
@@ -173,7 +177,9 @@ class ProposalBuffer:
         for node in range(1, self.shape.size):
             j, rank, token = self.shape.depths[node] - 1, self.shape.ranks[node], self.tokens[node]
             law = self.candidate_probs[j]
-            if law is not None:
+            if node in self.point_masses:
+                out.append(0.0)
+            elif law is not None:
                 out.append(float(law[rank, token].log()))
             elif self.draft_logits is not None:
                 out.append(float(self.draft_logits[j].double().log_softmax(-1)[token]))
@@ -183,6 +189,39 @@ class ProposalBuffer:
 
     def path_tokens(self, path: list[int]) -> list[int]:
         return [self.tokens[node] for node in path]
+
+    def law(self, node: int) -> torch.Tensor | None:
+        """[V] float64 law node's token was drawn from when sampling; None for a point mass (a deterministic proposal)."""
+        if node in self.point_masses:
+            return None
+        return self.candidate_probs[self.shape.depths[node] - 1][self.shape.ranks[node]]
+
+    def graft(self, chain: list[int]) -> "ProposalBuffer":
+        """This tree with the deterministic `chain` of tokens after the root merged in as a trie.
+
+        The chain follows existing nodes while their tokens match, then leaves as a new branch: its first
+        node is the last-ranked child of the node where they part, so recursive rejection tries it only
+        after every drawn candidate there (a point mass after those draws keeps the sampling law exact).
+        """
+        node, depth = 0, 0
+        while depth < len(chain):
+            match = [c for c in self.shape.children[node] if self.tokens[c] == chain[depth]]
+            if not match:
+                break
+            node, depth = match[0], depth + 1
+        if depth == len(chain):
+            return self
+        branch = self.shape.rank_paths[node] + (len(self.shape.children[node]),) + (0,) * (len(chain) - depth - 1)
+        new = {branch[: len(branch) - i]: chain[len(chain) - 1 - i] for i in range(len(chain) - depth)}  # rank path -> token
+        known = dict(zip(self.shape.rank_paths, self.tokens))
+        shape = TreeShape.from_paths([*self.shape.rank_paths[1:], branch])
+        tokens = [known.get(p, new.get(p)) for p in shape.rank_paths]
+        old_masses = {self.shape.rank_paths[i] for i in self.point_masses}
+        masses = frozenset(i for i, p in enumerate(shape.rank_paths) if p in new or p in old_masses)
+        horizons = [0 if i == 0 else (NGRAM_HORIZON if i in masses else depth_ + 1) for i, depth_ in enumerate(shape.depths)]
+        laws = self.candidate_probs + [None] * (shape.depth - len(self.candidate_probs))
+        return ProposalBuffer(self.prefix_version, shape, tokens, horizons, laws, self.draft_logits, self.head_identity + " + prompt lookup",
+                              self.vocab_identity, masses)
 
 
 def ranked_candidates(logits: torch.Tensor, widths, chooser) -> tuple[list[list[int]], list[torch.Tensor | None]]:

@@ -14,6 +14,7 @@ inputs (flash, flex) would silently attend across documents, so they are refused
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -254,13 +255,21 @@ class HFTrunk(nn.Module):
     def train(self, mode: bool = True):
         return super().train(mode and not self.frozen)
 
+    @functools.cached_property
+    def takes_cache_argument(self) -> bool:
+        """Whether the base model's forward names its cache `cache` (transformers ≥ 5.24) — asked once, not per decoding step."""
+        return "cache" in inspect.signature(self.hf.base_model.forward).parameters
+
     def forward(self, tokens: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         """[B, S] tokens -> [B, S, d] hidden states before the final norm. Packed rows (training) run without a
         cache; in decoding `ctx.kv` is the trunk's cache (lab/decode/hf_cache.py) and says how to append to it."""
         mask = None if ctx.mask is None else self.hf_mask(ctx.mask)
         if ctx.kv is not None:
-            arguments = ctx.kv.forward_arguments(tokens.shape[1], mask, tokens.device)
-            if "cache" not in inspect.signature(self.hf.base_model.forward).parameters:  # families still on the pre-5.24 name
+            # Rows that continue the cache in order need only causal attention: transformers builds that mask itself and
+            # picks its causal kernel (as its own generate does). A draft tree (nodes at their depth) passes its ancestry mask.
+            mask = None if ctx.position_ids is None else mask
+            arguments = ctx.kv.forward_arguments(tokens.shape[1], mask, tokens.device, ctx.position_ids)
+            if not self.takes_cache_argument:  # families still on the pre-5.24 name
                 arguments["past_key_values"] = arguments.pop("cache")
         else:
             arguments = {"attention_mask": mask, "position_ids": ctx.position_ids, "use_cache": False}

@@ -1,0 +1,138 @@
+"""Harness decoding against what a user would pick instead, on one transformers model (decode_speed --peers MODEL_DIR).
+
+Same weights (the harness's trunk *is* the transformers model), same prompts, greedy, batch 1:
+harness plain, prompt lookup alone, heads (chain), heads (tree), heads + prompt lookup; against
+transformers' `generate` plain, with `prompt_lookup_num_tokens`, and with `use_mtp=True` where the
+family declares MTP layers. Modes run interleaved per prompt (rotated order), each timed in
+per-thread CPU time (`time.thread_time`: the machine is shared; torch runs one intra-op thread);
+per prompt the ratio to harness plain and to transformers plain, then the median and [min–max]
+over prompts and repeats. Target forwards are counted with a forward hook on the base model
+(every mode, transformers' included), so tokens per forward is measured the same way for all.
+
+Prompts: "code" = the first lines of this repository's own decoding sources (text the model never
+saw), "text" = short English paragraphs written for this benchmark. Heads: `--heads identity:3`
+(default) puts untrained heads on the loaded model: identity heads have no parameters (every draft
+slot reads the next-token logits), medusa's residual blocks start at zero (the same drafts). Heads
+whose next-token path has its own block (parallel, causal, anticausal) change the model: the last
+column ("same tokens") shows it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from experiments.benchmarks.common import table
+from lab.decode import generate
+from lab.decode.ngram import PromptLookup
+
+LOOKUP_TOKENS, LOOKUP_NGRAM = 10, 2  # transformers' prompt lookup settings; the harness's lookup uses the same
+TEXT_PROMPTS = [
+    "The river that runs past the old mill is slow in summer and loud in spring. Children from the village come down to it "
+    "after school, and the miller, who has seen them do this for thirty years, still tells them to keep away from the wheel.",
+    "To make a simple loaf of bread, mix flour, water, salt and a little yeast, then knead the dough until it is smooth. "
+    "Leave it somewhere warm for an hour, shape it, let it rise again, and bake it in a hot oven until the crust is brown.",
+    "Most people who learn a second language as adults find listening harder than reading. Written words stay on the page; "
+    "spoken words arrive quickly, run together, and are gone before the listener has decided where one ends and the next begins.",
+    "The committee met on Tuesday to discuss the budget for next year. After a long debate about the library, the members agreed "
+    "to keep its opening hours, to delay the new roof until autumn, and to ask the council for a second opinion on the costs.",
+]
+CODE_FILES = ["lab/decode/ngram.py", "lab/decode/tree.py", "lab/decode/acceptance.py", "lab/decode/cache.py"]
+
+
+def code_prompts(root: Path, lines: int = 40) -> list[str]:
+    """The first `lines` lines after each file's docstring: real code, unseen by any pretrained model."""
+    out = []
+    for name in CODE_FILES:
+        text = (root / name).read_text().split('"""', 2)[-1]
+        out.append("\n".join(text.strip().splitlines()[:lines]) + "\n")
+    return out
+
+
+class ForwardCounter:
+    def __init__(self, module: torch.nn.Module):
+        self.calls = 0
+        module.register_forward_hook(lambda *args: setattr(self, "calls", self.calls + 1))
+
+
+def harness_modes(model, tree) -> dict:
+    """Plain decoding runs the next-token path only, so one model with heads serves every harness mode."""
+    sizes = tuple(range(LOOKUP_NGRAM, 0, -1))
+    alone, with_heads = PromptLookup(sizes, LOOKUP_TOKENS, with_heads=False), PromptLookup(sizes, LOOKUP_TOKENS)
+    modes = {
+        "harness plain": lambda p, n: generate(model, p, n).tokens,
+        "harness n-gram": lambda p, n: generate(model, p, n, speculative=True, ngram=alone).tokens,
+    }
+    if model.k > 1:
+        modes["harness heads chain"] = lambda p, n: generate(model, p, n, speculative=True).tokens
+        if model.head.draft_proposer == "independent" and tree:
+            modes[f"harness heads tree {tree}"] = lambda p, n: generate(model, p, n, speculative=True, tree=tree).tokens
+        modes["harness heads + n-gram"] = lambda p, n: generate(model, p, n, speculative=True, ngram=with_heads).tokens
+    return modes
+
+
+def transformers_modes(hf) -> dict:
+    def run(**options):
+        def decode(p, n):
+            ids = p[None]
+            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                              eos_token_id=None, pad_token_id=0, **options)
+            return out[0, p.numel():].tolist()
+        return decode
+
+    modes = {"transformers plain": run(), "transformers prompt lookup": run(prompt_lookup_num_tokens=LOOKUP_TOKENS,
+                                                                             max_matching_ngram_size=LOOKUP_NGRAM)}
+    if getattr(hf.config, "num_nextn_predict_layers", 0):
+        modes["transformers use_mtp"] = run(use_mtp=True)
+    return modes
+
+
+def peers_report(model, prompt_ids: dict[str, list[list[int]]], new_tokens: int, repeats: int, tree, label: str) -> list[list]:
+    """prompt_ids: {"code": [...], "text": [...]} token ids. Rows of `HEADERS`."""
+    modes = {**harness_modes(model, tree), **transformers_modes(model.hf_model)}
+    counter = ForwardCounter(model.hf_model.base_model)
+    rows = []
+    for kind, ids in prompt_ids.items():
+        prompts = [torch.tensor(p) for p in ids]
+        seconds, forwards = {name: [] for name in modes}, {name: 0 for name in modes}
+        references = [modes["harness plain"](p, new_tokens) for p in prompts]
+        same = {name: all(modes[name](p, new_tokens) == r for p, r in zip(prompts, references)) for name in modes}  # also warms up
+        for repeat in range(repeats):
+            for i, prompt in enumerate(prompts):
+                shift = (repeat + i) % len(modes)
+                names = list(modes)
+                for name in names[shift:] + names[:shift]:
+                    before, start = counter.calls, time.thread_time()
+                    modes[name](prompt, new_tokens)
+                    seconds[name].append(time.thread_time() - start)
+                    forwards[name] += counter.calls - before
+        rows += summarize(kind, label, seconds, forwards, same, new_tokens, len(prompts) * repeats)
+    return rows
+
+
+def prompt_token_ids(tokenizer, root: Path) -> dict[str, list[list[int]]]:
+    return {"code": [tokenizer(t)["input_ids"] for t in code_prompts(root)], "text": [tokenizer(t)["input_ids"] for t in TEXT_PROMPTS]}
+
+
+def summarize(kind: str, label: str, seconds: dict, forwards: dict, same: dict, new_tokens: int, runs: int) -> list[list]:
+    rows = []
+    for name, samples in seconds.items():
+        to_plain = [s / p for s, p in zip(samples, seconds["harness plain"])]  # per run: time ratio (> 1 = slower)
+        to_hf = [s / p for s, p in zip(samples, seconds["transformers plain"])]
+        speed = lambda ratios: f"{1 / statistics.median(ratios):.2f} [{1 / max(ratios):.2f}–{1 / min(ratios):.2f}]"  # noqa: E731
+        rows.append([label, kind, name, f"{new_tokens * runs / forwards[name]:.2f}" if forwards[name] else "—",
+                     f"{statistics.median(samples) / new_tokens * 1e3:.1f}", speed(to_plain), speed(to_hf), same[name]])
+    return rows
+
+
+HEADERS = ["model", "prompts", "decoder", "tokens/forward", "CPU ms/token", "speed vs harness plain", "speed vs transformers plain",
+           "same tokens as harness plain"]
+
+
+def print_peers(rows: list[list], new_tokens: int, repeats: int) -> None:
+    print(f"\n== peers: greedy, batch 1, {new_tokens} new tokens, {repeats} interleaved repeats per prompt, per-thread CPU time, "
+          f"{torch.get_num_threads()} thread(s); speed = median [min–max] of per-run time ratios")
+    print(table(HEADERS, rows))

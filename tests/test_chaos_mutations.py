@@ -71,7 +71,8 @@ def outcome(mutation: str, run_dir: Path, cache_dir: Path) -> str:
     from tests.fit_helpers import make_trainer
     from lab.train import build
 
-    argv = [*TINY, mutation, f"hydra.run.dir={run_dir}", f"paths.cache_dir={cache_dir}"]
+    # paths.output_dir: what Hydra's runtime would give (the Trainer's root); nothing is written there before fit
+    argv = [*TINY, mutation, f"hydra.run.dir={run_dir}", f"paths.cache_dir={cache_dir}", f"paths.output_dir={run_dir}"]
     try:
         cfg = preflight(argv, Path(CONF_DIR))
         datamodule, module = build(cfg)

@@ -57,6 +57,12 @@ def composed(overrides, cache_dir):
         (["callbacks.checkpoint.every_n_train_steps=0"], "callbacks.checkpoint.every_n_train_steps"),
         (["ckpt_path=" + __file__, "init_from=/some/parent"], "ckpt_path"),  # any existing file: the pair is refused first
         (["model.vocab_size=100"], "model.vocab_size"),  # the byte tokenizer has 259 ids
+        # found by tests/test_chaos_mutations.py: tracebacks from torch or Lightning
+        (["model.mlp_ratio=-4"], "model.mlp_ratio"),
+        (["model.init_std=-0.02"], "model.init_std"),
+        (["head=parallel", "head.k=2", "head.offsets=-1"], "head.offsets"),
+        (["trainer.devices=-1"], "trainer.devices"),  # all devices: fine on GPUs, a TypeError on the cpu accelerator
+        (["trainer.strategy=no_such_option"], "trainer.strategy"),
     ],
 )
 def test_bad_config_raises_naming_the_field(overrides, field, cache_dir):

@@ -143,7 +143,10 @@ def check_trainer(trainer: DictConfig) -> None:
     precision = str(trainer.get("precision", "32-true"))
     require(precision in PRECISIONS, "trainer.precision", f"unknown '{precision}'; allowed: {', '.join(PRECISIONS[:6])}")
     check_trainer_counts(trainer)
+    check_strategy(trainer.get("strategy", "auto"))
     accelerator = str(trainer.get("accelerator", "cpu"))
+    require(accelerator != "cpu" or not is_int(trainer.get("devices")) or trainer.get("devices") >= 1, "trainer.devices",
+            f"must be a process count ≥ 1 on the cpu accelerator, got {trainer.get('devices')!r}")  # Lightning: a TypeError at Trainer()
     if accelerator not in ("cpu", "auto", *GPU_ACCELERATORS):
         check_other_accelerator(accelerator)
     if accelerator in GPU_ACCELERATORS:
@@ -169,6 +172,16 @@ def check_trainer_counts(trainer: DictConfig) -> None:
         not is_int(devices) or devices >= 1 or devices == -1, "trainer.devices",
         f"must be a device count ≥ 1, -1 (all), 'auto' or a list of device ids, got {devices!r}",
     )
+
+
+def check_strategy(strategy) -> None:
+    """A strategy name Lightning knows (a `_target_` mapping is instantiated by Hydra and checked there)."""
+    if not isinstance(strategy, str) or strategy == "auto":
+        return
+    from pytorch_lightning.strategies import StrategyRegistry
+
+    known = StrategyRegistry.available_strategies()
+    require(strategy in known, "trainer.strategy", f"unknown '{strategy}'{did_you_mean(strategy, known)}; allowed: auto, {', '.join(known[:6])}, …")
 
 
 def check_other_accelerator(name: str) -> None:

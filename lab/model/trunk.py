@@ -10,6 +10,7 @@ V-wide logits live.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,11 @@ class ModelConfig:
         require(self.n_layers >= 1, "model.n_layers", f"must be ≥ 1, got {self.n_layers}")
         require(self.n_heads >= 1, "model.n_heads", f"must be ≥ 1, got {self.n_heads}")
         require(self.d_model >= 1, "model.d_model", f"must be ≥ 1, got {self.d_model}")
+        # torch refuses these only while building the model (a negative width, a negative or NaN std): a traceback
+        require(isinstance(self.mlp_ratio, int) and self.mlp_ratio >= 1, "model.mlp_ratio", f"must be an integer ≥ 1, got {self.mlp_ratio}")
+        for field, value in (("rope_base", self.rope_base), ("norm_eps", self.norm_eps)):
+            require(math.isfinite(value) and value > 0, f"model.{field}", f"must be a finite number > 0, got {value}")
+        require(math.isfinite(self.init_std) and self.init_std >= 0, "model.init_std", f"must be a finite number ≥ 0, got {self.init_std}")
         require(
             self.d_model % self.n_heads == 0 and (self.d_model // self.n_heads) % 2 == 0,
             "model.d_model",

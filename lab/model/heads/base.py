@@ -65,6 +65,7 @@ class HeadConfig:
             if value not in allowed:
                 raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
         if self.offsets is not None:
+            require(isinstance(self.offsets, (list, tuple)), "head.offsets", f"must be a list of integers or null, got {self.offsets!r}")
             check_offsets(list(self.offsets), self.k)
         if self.trunk_grad == "lora":
             from lab.model.lora import lora_settings

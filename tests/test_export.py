@@ -84,3 +84,20 @@ def test_cli_keep_heads_round_trip_and_refusals(trained, tmp_path):
     broken = subprocess.run(["lab-export", str(bad), "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert broken.returncode == 2 and broken.stderr.startswith("error: checkpoint: ") and len(broken.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_a_release_with_a_quantised_tensor_is_refused_by_key_and_dtype(trained, tmp_path):
+    """An int8 tensor in place of a float weight (no scale): load_state_dict would cast it quietly; the release is refused."""
+    from safetensors.torch import load_file, save_file
+
+    from lab.errors import ConfigError
+
+    _, ckpt, _, _ = trained("parallel")
+    export(ckpt, tmp_path / "release")
+    tensors = load_file(tmp_path / "release" / "model.safetensors")
+    key = next(k for k in sorted(tensors) if k.endswith(".weight") and tensors[k].dim() == 2)
+    tensors[key] = tensors[key].to(torch.int8)
+    save_file(tensors, tmp_path / "release" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ConfigError) as refused:
+        load_release(tmp_path / "release")
+    assert str(refused.value).startswith(f"{key}: is stored as int8 with no scale beside it: quantised weights would be cast to float")

@@ -64,6 +64,8 @@ CASES = {
     "int8_with_its_scale": ({"dtypes": {"model.layers.2.self_attn.o_proj.weight": torch.int8},
                              "extra": {"model.layers.2.self_attn.o_proj.weight_scale": torch.ones(D)}}, "target",
                             "model.layers.2.self_attn.o_proj.weight: is stored as int8 with model.layers.2.self_attn.o_proj.weight_scale beside it"),
+    "int4_packed_qweight": ({"extra": {"model.layers.1.self_attn.o_proj.qweight": torch.zeros(D // 8, D, dtype=torch.int32)}}, "target",
+                            "model.layers.1.self_attn.o_proj.qweight: is stored as int32 with no scale beside it"),
     "missing_mtp_weight": ({"drop": ("model.layers.2.hnorm.weight",)}, "mtp", "missing (would be freshly initialised): model.layers.2.hnorm.weight"),
     "missing_mtp_layer": ({"drop_layers": (2,)}, "mtp", "MTP layer 2 (model.layers.2.*) is missing entirely"),
     "misshaped_mtp_weight": ({"edit": narrowed("model.layers.2.eh_proj.weight")}, "mtp", "mis-shaped: model.layers.2.eh_proj.weight"),
@@ -176,6 +178,18 @@ def test_the_family_table_covers_every_family_transformers_gives_mtp_layers():
         refusal = family_refusal(family)
         assert (refusal is None) == entry.round_trip
         assert refusal is None or (refusal.startswith(f"model_type '{family}': ") and "\n" not in refusal)
+
+
+@pytest.mark.parametrize("family", sorted(MTP_FAMILIES))
+def test_the_export_follows_the_family_table(family):
+    """What `--format deepseek` says of each family's (default) config: nothing for a round-trip family, else the table's line."""
+    from transformers import AutoConfig
+
+    from lab.checkpoint.export_deepseek import family_export_refusal
+
+    config = AutoConfig.for_model(family).get_text_config()
+    assert family_export_refusal(config) == family_refusal(family)
+    assert family_export_refusal(AutoConfig.for_model("llama")).startswith("model_type 'llama' declares no MTP layers in transformers")
 
 
 SARVAM_MOE = dict(model_type="sarvam_moe", vocab_size=300, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,

@@ -29,20 +29,26 @@ import torch
 
 from lab.checkpoint.export_hf import honour_umask_in, staged_folder, transformers_tokenizer
 from lab.checkpoint.fusion_order import projection_in_order, runtime_fusion_order
-from lab.checkpoint.mtp_families import family_refusal
+from lab.checkpoint.mtp_families import MTP_FAMILIES, family_refusal
 from lab.errors import require
 
 SHARD_SIZE = "2GB"
+
+
+def family_export_refusal(config) -> str | None:
+    """Why `--format deepseek` cannot write this family's MTP layers (None: a round-trip family of the table)."""
+    family = config.model_type
+    if family not in MTP_FAMILIES and not hasattr(config, "num_mtp_layers"):
+        return (f"model_type '{family}' declares no MTP layers in transformers (no num_nextn_predict_layers); "
+                f"families that do: {', '.join(sorted(MTP_FAMILIES))}")
+    return family_refusal(family)
 
 
 def check_exportable(model) -> None:
     head_cfg = model.head_cfg
     require("deepseek" in model.head.release_layouts, "--format", f"deepseek exports head=deepseek runs; this checkpoint's head is '{head_cfg.name}'")
     require(model.has_hf_trunk, "--format", "deepseek needs a model=hf trunk of a family with MTP layers; this run trains the harness's GPT")
-    config = model.trunk.hf.config.get_text_config()
-    require(hasattr(config, "num_mtp_layers"), "--format",
-            f"model_type '{config.model_type}' declares no MTP layers in transformers (no num_nextn_predict_layers); families that do: deepseek_v3, glm4_moe, …")
-    refusal = family_refusal(config.model_type)
+    refusal = family_export_refusal(model.trunk.hf.config.get_text_config())
     require(refusal is None, "--format", refusal or "")
     require(getattr(head_cfg, "block", "lab") == "native", "head.block",
             "the depth blocks are the harness's own; the layout stores the family's decoder layer (train with head.block=native)")

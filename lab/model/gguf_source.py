@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from lab.errors import ConfigError, require
+from lab.model.file_hash import sha256_of_file
 
 GGUF_SUFFIX = ".gguf"
 CACHE_ENV = "MTP_LAB_CACHE"  # the project's cache root (data caches too); GGUF folders go in its gguf/ subfolder
@@ -130,8 +131,6 @@ def check_cache_writable(cache: Path) -> None:
 
 def gguf_sha256(file: Path, cache: Path) -> str:
     """The file's sha256, remembered in the cache by (resolved path, size, mtime)."""
-    from lab.model.hf_trunk import sha256_of_file
-
     stat = file.stat()
     key = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
     table_file = cache / HASHES_FILE

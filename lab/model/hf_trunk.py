@@ -27,6 +27,7 @@ import torch.nn as nn
 from lab.errors import ConfigError, require
 from lab.model.hf_weights import audit_folder, load_checked, mtp_layer_keys
 from lab.model.moe import check_expert_counts, router_config
+from lab.model.file_hash import sha256_of_file
 from lab.model.gguf_source import cache_root, check_gguf_source, converted_folder, file_field, gguf_file_of, gguf_sha256
 from lab.model.native_layers import NativeLayers, attention_mask_for, layer_forward_flops, text_config
 from lab.model.trunk import AttentionContext, ModelConfig
@@ -339,14 +340,6 @@ def preflight_hf(cfg: HFModelConfig, head_cfg) -> None:
 
 
 WEIGHT_FILE_PATTERNS = ("*.safetensors", "*.bin")
-
-
-def sha256_of_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def base_identity(cfg: HFModelConfig, hf_model: nn.Module) -> dict:

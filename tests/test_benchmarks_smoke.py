@@ -5,6 +5,7 @@ Not timed tests: a timing goal may print PASS or MISS (the machine may be busy).
 """
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -56,3 +57,16 @@ def test_quick_run(name):
     for goal in STRUCTURAL.get(name, []):
         line = next(line for line in result.stdout.splitlines() if goal in line)
         assert "PASS" in line and "MISS" not in line, line
+
+
+def test_decode_speed_against_peers_quick(tmp_path):
+    """`decode_speed --peers` on a tiny local Llama: every harness decoder emits harness plain's tokens (a structural check)."""
+    from tests.hf_fixtures import write_llama
+
+    folder = write_llama(tmp_path / "llama")
+    result = subprocess.run([sys.executable, "-m", "experiments.benchmarks.decode_speed", "--quick", "--skip-cache-part", "--peers", str(folder)],
+                            check=False, cwd=ROOT, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if re.search(r"\s(code|text)\s+harness ", line)]
+    assert "== peers" in result.stdout and "transformers prompt lookup" in result.stdout and len(rows) == 2 * 5, result.stdout
+    assert all(line.rstrip().endswith("True") for line in rows), result.stdout

@@ -102,7 +102,7 @@ def main() -> None:
         from lab.model.mtp import build_model
 
         model = build_model({"name": "hf", "path": args.hf}, {"name": args.head, "k": 4, "compute_match": "none"}).eval()
-        args.layers = model.model_cfg.n_layers
+        args.layers = model.trunk.cfg.n_layers
     else:
         model = MTPModel(ModelConfig(vocab_size=259, d_model=96, n_layers=args.layers, n_heads=4), HeadConfig(name=args.head, k=4)).eval()
     prompt = torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(0))

@@ -184,7 +184,8 @@ class CacheSet:
         cache = self.cache(key)
         start = cache.length
         cos, sin = self._rotary(start, n_rows, device)
-        return AttentionContext(self._mask(start, n_rows, device), cos, sin, kv=cache)
+        mask = None if getattr(cache, "builds_causal_mask", False) else self._mask(start, n_rows, device)  # a prefill's would be [n, 2n]
+        return AttentionContext(mask, cos, sin, kv=cache)
 
     def contexts(self, n_rows: int, device, shape=None):
         """`ctx_for(key)` for one forward over `n_rows` new rows (or the nodes of tree `shape`) in every stack it touches."""

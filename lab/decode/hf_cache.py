@@ -13,6 +13,8 @@ import torch
 
 
 class HFTrunkCache:
+    builds_causal_mask = True  # rows in order after the cache: transformers builds the causal mask (and picks its causal kernel)
+
     def __init__(self, key, family: str):
         from transformers import DynamicCache
 

@@ -266,9 +266,8 @@ class HFTrunk(nn.Module):
         cache; in decoding `ctx.kv` is the trunk's cache (lab/decode/hf_cache.py) and says how to append to it."""
         mask = None if ctx.mask is None else self.hf_mask(ctx.mask)
         if ctx.kv is not None:
-            # Rows that continue the cache in order need only causal attention: transformers builds that mask itself and
-            # picks its causal kernel (as its own generate does). A draft tree (nodes at their depth) passes its ancestry mask.
-            mask = None if ctx.position_ids is None else mask
+            # Rows that continue the cache in order come without a mask (transformers builds the causal one, as in its own
+            # generate: lab/decode/hf_cache.py); a draft tree (nodes at their depth) brings its ancestry mask.
             arguments = ctx.kv.forward_arguments(tokens.shape[1], mask, tokens.device, ctx.position_ids)
             if not self.takes_cache_argument:  # families still on the pre-5.24 name
                 arguments["past_key_values"] = arguments.pop("cache")

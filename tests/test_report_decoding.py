@@ -18,6 +18,7 @@ from lab.report.build import build_sweep_report
 from lab.report.plotting import variant_style
 from lab.report.records import collect_sweep
 from lab.report.render import decoding_table, loss_speedup_table
+from lab.report.speeds import SPEEDUP_HEADER
 from lab.report.sweep_figures import loss_speedup_points, variant_styles
 from lab.report.table import variants
 
@@ -134,7 +135,7 @@ def test_decoding_table_leads_with_t1_and_flags_degenerate_runs(drawn):
     header, rows = decoding_table(variants(collect_sweep(sweep).records))
     assert header[3] == "tokens/forward T=1"
     by_variant = {row[0]: dict(zip(header, row)) for row in rows}
-    assert by_variant["head=linear"]["tokens/forward T=1"] == "2.60" and by_variant["head=linear"]["speedup T=1"] == "1.80"
+    assert by_variant["head=linear"]["tokens/forward T=1"] == "2.60" and by_variant["head=linear"][SPEEDUP_HEADER] == "1.80"  # no quartiles, no flag recorded
     assert by_variant["head=linear"]["P(prefix≥2) T=1"] == "0.64" and by_variant["head=linear"]["P(2 | 1..1) T=1"] == "0.80"
     assert by_variant["head=parallel"]["degenerate T=1"] == "0.25 DEGENERATE" and by_variant["head=linear"]["degenerate T=1"] == "0.00"
     assert by_variant["head=deepseek"]["tokens/forward T=1"] == "— (all degenerate)"

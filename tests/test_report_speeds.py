@@ -21,7 +21,8 @@ JOBS = {
 
 def record(job: int, head: str) -> dict:
     wall, per_cpu, share, contended, speedup, speedup_cpu, decode_contended = JOBS[head]
-    final = {"val/loss": 3.0 + job / 10}
+    final = {"val/loss": 3.0 + job / 10, "train/contended": float(contended), "train/cpu_share": share, "train/machine_cores": 2.0,
+             "train/load_start": 6.0 if contended else 0.5, "train/load_end": 7.0 if contended else 0.6}
     if speedup is not None:
         final.update({"decode/speedup": speedup, "decode/speedup_q1": speedup - 0.1, "decode/speedup_q3": speedup + 0.1,
                       "decode/speedup_cpu": speedup_cpu, "decode/speedup_cpu_q1": speedup_cpu - 0.2,

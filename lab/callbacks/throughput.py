@@ -124,7 +124,8 @@ class TokenThroughput(pl.Callback):
         steps = self.steps_span()
         if steps is None:
             return
-        metrics = {"train/contended": float(steps.contended), "train/cpu_share": steps.cpu_share}
+        metrics = {"train/contended": float(steps.contended), "train/cpu_share": steps.cpu_share, "train/load_start": steps.load_start,
+                   "train/load_end": steps.load_end, "train/machine_cores": float(steps.machine_cores)}
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
         trainer.callback_metrics.update({name: torch.tensor(value) for name, value in metrics.items()})

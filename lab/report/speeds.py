@@ -23,7 +23,8 @@ from lab.training.timing import RULE
 
 
 def train_contended(variant: Variant) -> bool:
-    return any(bool(r.get("cost", {}).get("train_contended")) for r in variant.ok)
+    """From the final metrics (run.json and wandb alike), else run.json's cost record."""
+    return any(bool(r["final"].get("train/contended", r.get("cost", {}).get("train_contended"))) for r in variant.ok)
 
 
 def decode_contended(variant: Variant) -> bool:
@@ -100,7 +101,7 @@ def contention_findings(variants: list[Variant]) -> list[str]:
     trained = [v for v in variants if train_contended(v)]
     decoded = [v for v in variants if decode_contended(v)]
     if not trained and not decoded:
-        timed = [v for v in variants if v.cost("train_cpu_share") is not None or v.stat("decode/contended")[0] is not None]
+        timed = [v for v in variants if v.stat("train/cpu_share")[0] is not None or v.stat("decode/contended")[0] is not None]
         return [f"No speed was taken under contention ({RULE}): speeds and their ratios use wall time."] if timed else []
     parts = []
     if trained:
@@ -113,7 +114,8 @@ def contention_findings(variants: list[Variant]) -> list[str]:
 
 
 def load_text(variant: Variant) -> str:
-    share, start, end, cores = (variant.cost(n) for n in ("train_cpu_share", "train_load_start", "train_load_end", "train_machine_cores"))
+    """Worker CPU share and load of the training steps, from the final metrics (what every record source has)."""
+    share, start, end, cores = (variant.stat(f"train/{n}")[0] for n in ("cpu_share", "load_start", "load_end", "machine_cores"))
     if share is None:
         return ""
     load = f", load {start:.1f} → {end:.1f} on {cores:g} cores" if finite(start) and finite(end) and cores else ""
@@ -127,7 +129,7 @@ def fastest_decoding_finding(variants: list[Variant]) -> list[str]:
     skipped = [v.label for v in measured if decode_contended(v)]
     left_out = f" (not ranked, taken under contention: {', '.join(skipped)})" if skipped else ""
     if not clean:
-        return [f"No variant is ranked by decoding speed: every measured speedup was taken under contention{left_out}."] if skipped else []
+        return [f"No variant is ranked by decoding speed: every measured speedup ({', '.join(skipped)}) was taken under contention."] if skipped else []
     best = max(clean, key=lambda v: v.stat("decode/speedup")[0])
     return [f"Fastest speculative decoding measured without contention: **{best.label}** (paired median speedup "
             f"{speedup_cell(best)}){left_out}."]

@@ -17,9 +17,10 @@ One rule, stated here once, says whether a span was **contended**:
 
 The worker thread of an idle CPU job gets ≥ 0.95 of the wall time; one sharing its core with one
 busy process gets ≈ 0.5. For a one-thread job that share is the whole story: if the worker got
-its core, the job ran, whatever else the machine did. With several intra-op threads the worker
-spins while it waits for a starved helper thread, so its share can look whole while the job is
-slowed: then an overloaded machine (load above the core count) counts as contention too.
+its core, the job ran, whatever else the machine did. With several intra-op threads the worker's
+share says less: waiting for a starved helper thread it spins (counted as CPU time, so its share can
+look whole while the job is slowed) or sleeps (OMP_WAIT_POLICY=PASSIVE: not counted), so there an
+overloaded machine (load above the core count) counts as contention too.
 On a GPU the clocks are read after a CUDA synchronisation, so queued kernels are timed where
 they ran; the rule is the same (a starved host thread starves the device too).
 """

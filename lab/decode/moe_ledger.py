@@ -191,7 +191,8 @@ def ledger_line(report: dict) -> str:
     """One line of the MoE ledger beside the measured round cost."""
     cost, ms = report["cost"], 1e3
     experts = ", ".join(f"{place} {n:.2f}" for place, n in report["distinct_experts_mean"].items())
-    depths = ", ".join(f"{d} {t * ms:.2f} ms / KV {report['mtp_kv_bytes'][d] / 1024:.1f} KiB" for d, t in report["mtp_cpu_s"].items())
+    rounds = max(report["rounds"], 1)
+    depths = ", ".join(f"{d} {t * ms / rounds:.2f} ms/round, KV {report['mtp_kv_bytes'][d] / 1024:.1f} KiB" for d, t in report["mtp_cpu_s"].items())
     return (f"MoE rounds {report['rounds']}: verify rows {report['verify_rows_mean']:.2f}; distinct experts per round {experts}; "
             f"expert bytes verify {report['expert_bytes_verify_mean'] / 1024:.1f} KiB (one row {report['expert_bytes_one_row'] / 1024:.1f}), "
             f"draft {report['expert_bytes_draft_mean'] / 1024:.1f} KiB; MTP {depths or 'none'}; cost model "

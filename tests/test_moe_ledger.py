@@ -72,3 +72,15 @@ def test_the_ledger_line_puts_the_cost_model_beside_the_measured_round_cost():
     assert cost["predicted_s"] == pytest.approx(cost["measured_s"], rel=1e-9)  # a least-squares line passes through the means
     line = ledger_line(report)
     assert "distinct experts per round l1" in line and "vs measured" in line and "d1 " in line
+
+
+def test_lab_generate_prints_the_moe_ledger_of_a_release_with_experts(tmp_path, capsys):
+    from lab.decode.cli import main as lab_generate
+    from tests.deepseek_fixtures import write_deepseek_release
+
+    folder = write_deepseek_release(tmp_path / "release", depth=1)
+    lab_generate([str(folder), "--prompt", "def f1(x):", "--max-new-tokens", "4", "--speculative"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("MoE rounds ") and "distinct experts per round l1 " in lines[-1] and "h2 " in lines[-1]
+    lab_generate([str(folder), "--prompt", "def f1(x):", "--max-new-tokens", "4"])  # plain: no ledger line
+    assert not any(line.startswith("MoE rounds") for line in capsys.readouterr().err.splitlines())

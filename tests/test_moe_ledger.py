@@ -84,3 +84,15 @@ def test_lab_generate_prints_the_moe_ledger_of_a_release_with_experts(tmp_path, 
     assert lines[-1].startswith("MoE rounds ") and "distinct experts per round l1 " in lines[-1] and "h2 " in lines[-1]
     lab_generate([str(folder), "--prompt", "def f1(x):", "--max-new-tokens", "4"])  # plain: no ledger line
     assert not any(line.startswith("MoE rounds") for line in capsys.readouterr().err.splitlines())
+
+
+def test_the_mla_depth_cache_bytes_count_the_latent_and_the_rotary_key_at_their_own_widths():
+    net = model(1)
+    with MoELedger(net) as ledger:
+        out = generate(net, PROMPT, 6, speculative=True)
+    kv = ledger.report(out.stats)["mtp_kv_bytes"]["d1"]
+    # one MLA layer caches per row its compressed latent (kv_lora_rank = 16) and its rotary key (qk_rope_head_dim = 8), float32;
+    # counting the rotary key as wide as the latent (K's width for V) would give 128 bytes a row
+    row = (CONFIG["kv_lora_rank"] + CONFIG["qk_rope_head_dim"]) * 4
+    rows = len(PROMPT) + out.stats["emitted"] - 2  # tokens 0..n with a successor known, minus the one the depth drafts from
+    assert kv == rows * row

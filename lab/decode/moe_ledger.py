@@ -10,8 +10,8 @@ Per round and per router: the distinct experts its rows chose (a verification ov
 experts: unlike a dense layer, its weight traffic grows with r), and the routed-expert weight bytes those imply
 (distinct experts × one expert's bytes; shared experts are read whatever the route, listed apart). Per MTP depth:
 its module time (wall and per-thread CPU, forward hooks on the depth module) and the KV bytes its cache holds at the
-end (the decoder's `kv_bytes_by_cache`, cache ("step", d)). For MLA the depth caches what the family's attention
-layer caches in transformers' cache (its keys and values after the latent up-projection), so these are those bytes.
+end (the decoder's `kv_bytes_by_cache`, cache ("step", d)). An MLA depth caches per row its compressed latent and its rotary key
+(kv_lora_rank + qk_rope_head_dim values), counted at their own widths.
 
 The cost model (`cost_model`) puts an expert term into the round cost of the ledger (lab/decode/ledger.py):
 

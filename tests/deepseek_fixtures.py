@@ -80,10 +80,14 @@ def per_expert(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def write_deepseek_release(folder: Path, depth: int = 1, *, seed: int = 0, drop: tuple[str, ...] = (), drop_layers: tuple[int, ...] = (),
                            dtypes: dict[str, torch.dtype] | None = None, config_extra: dict | None = None, tokenizer: bool = True,
                            config_overrides: dict | None = None, mtp_kind: str = "mtp", experts: str = "fused",
-                           extra: dict[str, torch.Tensor] | None = None, edit=None) -> Path:
+                           extra: dict[str, torch.Tensor] | None = None, edit=None,
+                           writer: str = "shards") -> Path:
     """A DeepSeek-layout folder; `drop` removes keys, `drop_layers` whole layers, `dtypes` recasts keys, `extra` adds keys,
     `edit(state)` changes tensors in place; `config_overrides` builds another model, `config_extra` only changes config.json;
-    `mtp_kind` (mtp_block_template), `experts`: fused (the installed transformers' layout) or per_expert (per_expert)."""
+    `mtp_kind` (mtp_block_template), `experts`: fused (the installed transformers' layout) or per_expert (per_expert).
+    `writer`: shards (several shards + index) or save_pretrained (the main model written by transformers' own
+    `save_pretrained`, one model.safetensors with per-expert keys, and the MTP layers added to that file per expert: transformers
+    has no writer for MTP layers)."""
     from huggingface_hub import save_torch_state_dict
     from transformers import AutoModelForCausalLM
 
@@ -97,17 +101,31 @@ def write_deepseek_release(folder: Path, depth: int = 1, *, seed: int = 0, drop:
     state = {**main, **mtp_state(main, depth, generator, mtp_block_template(config, main, mtp_kind)), **(extra or {})}
     if edit is not None:
         edit(state)
+    if experts == "per_expert":
+        state = per_expert(state)  # before `drop`, which may name one expert's key
     state = {key: value for key, value in state.items()
              if key not in drop and not any(key.startswith(f"model.layers.{layer}.") for layer in drop_layers)}
     for key, dtype in (dtypes or {}).items():
         state[key] = state[key].to(dtype)
-    if experts == "per_expert":
-        state = per_expert(state)
     for key, value in (config_extra or {}).items():
         setattr(config, key, value)
     folder.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(folder)
     if tokenizer:
         write_tokenizer(folder, DEEPSEEK["vocab_size"])
+    if writer == "save_pretrained":
+        add_mtp_layers_to_save_pretrained(model, folder, {key: value for key, value in state.items() if key not in main})
+        return folder
     save_torch_state_dict(state, folder, max_shard_size="40KB")  # several shards + model.safetensors.index.json
     return folder
+
+
+def add_mtp_layers_to_save_pretrained(model, folder: Path, mtp: dict[str, torch.Tensor]) -> None:
+    """transformers' save_pretrained of the main model, then the MTP layers (per expert, as save_pretrained writes experts)
+    added to its model.safetensors."""
+    from safetensors.torch import load_file, save_file
+
+    model.save_pretrained(folder)  # rewrites config.json from the model: the MTP depth stays (num_nextn_predict_layers)
+    written = load_file(folder / "model.safetensors")
+    assert not any(".mlp.experts.gate_up_proj" in key for key in written)  # transformers writes experts one by one
+    save_file({**written, **per_expert(mtp)}, folder / "model.safetensors", metadata={"format": "pt"})

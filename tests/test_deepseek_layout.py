@@ -20,6 +20,8 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 # 2 layer norms, 7 MoE keys (gate weight + e_score_correction_bias, fused experts gate_up/down, 3 shared-expert projections)
 BLOCK_KEYS = 5 + 2 + 7
 OWN_KEYS = 6  # enorm, hnorm, eh_proj, shared_head.norm, shared_head.head, embed_tokens
+# n_routed_experts = 4 fused: gate_up_proj [E, 2·moe_intermediate_size, hidden] = [4, 32, 32]
+EXPERTS = "4 routed experts, grouped (mlp.experts.gate_up_proj [4, 32, 32])"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def test_a_complete_release_passes_both_gates_and_says_its_fusion_order(complete
                      "target-only completeness: PASS (every main weight loads; none quantised)",
                      "MTP completeness: PASS (transformers' MTP loader reads every MTP weight; the harness's depths take them)",
                      "fusion order: eh — what transformers' MtpLayer concatenates for deepseek_v3 (mtp_hidden_states_first=False)",
-                     f"MTP layer 2: {BLOCK_KEYS + OWN_KEYS} keys", f"MTP layer 3: {BLOCK_KEYS + OWN_KEYS} keys"]
+                     f"MTP layer 2: {BLOCK_KEYS + OWN_KEYS} keys, {EXPERTS}", f"MTP layer 3: {BLOCK_KEYS + OWN_KEYS} keys, {EXPERTS}"]
 
 
 def test_a_release_without_layer_n_loads_as_a_target_and_fails_as_a_proposer(tmp_path, capsys):

@@ -131,10 +131,12 @@ def test_transformers_mtp_decoding_of_the_export_equals_the_harness_speculative_
     assert len(accepted) >= 2  # rejections and acceptances both happened: the drafts were really compared
 
 
+@pytest.mark.parametrize("writer", ["shards", "save_pretrained"])
 @pytest.mark.parametrize("depth", [1, 2])
-def test_an_imported_release_decodes_as_transformers_does(depth, tmp_path, monkeypatch):
-    """A folder written by transformers plus released-layout MTP layers (random weights) — not by the harness."""
-    folder = write_deepseek_release(tmp_path / "release", depth=depth)
+def test_an_imported_release_decodes_as_transformers_does(depth, writer, tmp_path, monkeypatch):
+    """A folder written by transformers plus released-layout MTP layers (random weights) — not by the harness; with
+    writer=save_pretrained the main model is transformers' own save_pretrained (experts one by one, one file, no index)."""
+    folder = write_deepseek_release(tmp_path / "release", depth=depth, writer=writer)
     imported = load_deepseek_folder(folder)
     assert imported.proposer_refusal is None and imported.fusion_order == "eh" and imported.model.head.depth == depth
     for prompt in PROMPTS[:2]:

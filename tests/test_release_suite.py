@@ -76,6 +76,9 @@ CASES = {
                                "model.layers.2.embed_tokens.weight differs from the trunk's embedding"),
     "shared_head_norm_differs": ({"edit": scaled("model.layers.2.shared_head.norm.weight", 1.5)}, "mtp",
                                  "model.layers.2.shared_head.norm.weight differs from the trunk's final norm"),
+    "mtp_expert_missing": ({"experts": "per_expert", "drop": ("model.layers.2.mlp.experts.3.down_proj.weight",)}, "mtp",
+                           "model.layers.2.mlp.experts.3.down_proj.weight is missing"),
+    "mtp_expert_misshaped": ({"edit": narrowed("model.layers.2.mlp.experts.down_proj")}, "mtp", "mis-shaped: model.layers.2.mlp.experts.down_proj"),
     "declared_order_contradicts_runtime": ({"config_extra": {"mtp_fusion_order": "he"}}, "mtp",
                                            "config.json declares mtp_fusion_order=he, but transformers' MtpLayer for deepseek_v3 runs eh"),
 }
@@ -134,6 +137,17 @@ def test_check_and_every_loader_agree_on_a_damaged_release(case, tmp_path, capsy
     with pytest.raises(ConfigError) as refused:
         load_parent_weights(parent_child, f"hf:{folder}")
     assert problem in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(("options", "experts"), [({}, "4 routed experts, grouped (mlp.experts.gate_up_proj [4, 32, 32])"),
+                                                ({"experts": "per_expert"}, "4 routed experts, per expert (mlp.experts.{e}.*)"),
+                                                ({"writer": "save_pretrained"}, "4 routed experts, per expert (mlp.experts.{e}.*)")])
+def test_check_counts_the_experts_of_every_mtp_layer(options, experts, tmp_path, capsys):
+    folder = write_deepseek_release(tmp_path / "release", depth=2, **options)
+    assert check_main(str(folder)) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(", ", 1)[1] for line in lines[-2:]] == [experts, experts]
+    assert [line.split(":")[0] for line in lines[-2:]] == [f"MTP layer {N_MAIN}", f"MTP layer {N_MAIN + 1}"]
 
 
 def test_a_bfloat16_release_is_upcast_and_says_so(tmp_path, capsys):

@@ -22,7 +22,8 @@ def report_lines(report: LayoutReport, target: str | None, mtp: str | None, fusi
         return lines + ["MTP completeness: not checked (the main model does not load)"]
     lines += ["MTP completeness: " + ("PASS (transformers' MTP loader reads every MTP weight; the harness's depths take them)"
                                       if mtp is None else f"FAIL ({mtp})"), f"fusion order: {fusion}"]
-    return lines + [f"MTP layer {layer}: {report.held.get(layer, 0)} keys" for layer in report.mtp_layer_ids]
+    return lines + [f"MTP layer {layer}: {report.held[layer]} keys, {report.experts[layer]}" if layer in report.held
+                    else f"MTP layer {layer}: 0 keys" for layer in report.mtp_layer_ids]
 
 
 def check_main(folder: str) -> int:

@@ -27,6 +27,11 @@ from lab.model.hf_weights import tensor_table
 
 FUSION_ORDERS = ("he", "eh")
 LAYER_KEY = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+# A layer's routed experts on disk: per expert (`mlp.experts.{e}.gate_proj.weight`, what transformers' save_pretrained and
+# the released checkpoints write) or grouped (`mlp.experts.gate_up_proj` [E, 2I, d], the installed transformers' parameters).
+PER_EXPERT_KEY = re.compile(r"^mlp\.experts\.(\d+)\.")
+GROUPED_KEY = "mlp.experts.gate_up_proj"
+PER_EXPERT_PARTS = ("gate_proj.weight", "up_proj.weight", "down_proj.weight")  # what each expert holds per expert
 
 
 @dataclass
@@ -39,6 +44,8 @@ class LayoutReport:
     depth: int
     declared_order: str | None  # config.json's mtp_fusion_order, if any
     held: dict[int, int] = field(default_factory=dict)  # MTP layer id → keys the folder holds for it
+    experts: dict[int, str] = field(default_factory=dict)  # MTP layer id → its routed experts on disk ("4 routed experts, per expert")
+    missing_expert_keys: dict[int, list[str]] = field(default_factory=dict)  # MTP layer id → per-expert keys it lacks
 
     @property
     def mtp_layer_ids(self) -> list[int]:
@@ -50,7 +57,13 @@ class LayoutReport:
         if self.depth < 1:
             return "config.json declares no MTP layers (num_nextn_predict_layers / num_mtp_layers missing or 0)"
         empty = [layer for layer in self.mtp_layer_ids if not self.held.get(layer)]
-        return f"MTP layer {empty[0]} (model.layers.{empty[0]}.*) is missing entirely" if empty else ""
+        if empty:
+            return f"MTP layer {empty[0]} (model.layers.{empty[0]}.*) is missing entirely"
+        gaps = [(layer, keys) for layer, keys in sorted(self.missing_expert_keys.items()) if keys and layer in self.mtp_layer_ids]
+        if gaps:
+            layer, keys = gaps[0]
+            return f"{keys[0]} is missing: MTP layer {layer} stores its experts one by one and lacks {len(keys)} expert weight(s)"
+        return ""
 
 
 def read_config(folder: Path) -> dict:
@@ -79,7 +92,37 @@ def inspect_layout(folder: str | Path) -> LayoutReport:
     require(order is None or order in FUSION_ORDERS, "mtp_fusion_order",
             f"unknown '{order}'; allowed: he ([hidden, embedding]), eh ([embedding, hidden])")
     held: dict[int, int] = {}
-    for key in tensor_table(folder):
+    table = tensor_table(folder)
+    for key in table:
         if (match := LAYER_KEY.match(key)) and int(match.group(1)) >= n_main:
             held[int(match.group(1))] = held.get(int(match.group(1)), 0) + 1
-    return LayoutReport(folder, str(config.get("model_type")), n_main, depth, order, held)
+    experts = {layer: expert_line(table, layer) for layer in held}
+    routed = next((config[key] for key in ("n_routed_experts", "num_experts", "num_local_experts") if isinstance(config.get(key), int)), 0)
+    missing = {layer: missing_per_expert_keys(table, layer, routed) for layer in held}
+    return LayoutReport(folder, str(config.get("model_type")), n_main, depth, order, held, experts, missing)
+
+
+def expert_ids(table: dict, prefix: str) -> set[int]:
+    return {int(match.group(1)) for key in table if key.startswith(prefix) and (match := PER_EXPERT_KEY.match(key[len(prefix):]))}
+
+
+def missing_per_expert_keys(table: dict, layer: int, routed: int) -> list[str]:
+    """The per-expert keys a layer stored one expert at a time lacks, for experts 0..E−1 (E: config.json's routed count,
+    or the highest id found + 1); [] for a grouped or dense layer."""
+    prefix = f"model.layers.{layer}."
+    ids = expert_ids(table, prefix)
+    if not ids:
+        return []
+    count = max(routed, max(ids) + 1)
+    return [f"{prefix}mlp.experts.{e}.{part}" for e in range(count) for part in PER_EXPERT_PARTS
+            if f"{prefix}mlp.experts.{e}.{part}" not in table]
+
+
+def expert_line(table: dict, layer: int) -> str:
+    """How many routed experts layer `layer` holds and in which layout ("dense" when it holds none)."""
+    prefix = f"model.layers.{layer}."
+    grouped = table.get(prefix + GROUPED_KEY)
+    if grouped is not None:
+        return f"{grouped.shape[0]} routed experts, grouped ({GROUPED_KEY} {list(grouped.shape)})"
+    ids = expert_ids(table, prefix)
+    return f"{len(ids)} routed experts, per expert (mlp.experts.{{e}}.*)" if ids else "dense (no routed experts)"

@@ -96,7 +96,8 @@ class StackCache:
     def row_bytes(self) -> int:
         """Bytes one row occupies across all layers (K and V); fixed once every layer has run (asked every round)."""
         if getattr(self, "_row_bytes", (None,))[0] != len(self.keys):
-            self._row_bytes = (len(self.keys), sum(2 * k.shape[0] * k.shape[1] * k.shape[3] * k.element_size() for k in self.keys))
+            # K and V apart: a latent-attention (MLA) layer keeps its latent as K and its narrower rotary key as V
+            self._row_bytes = (len(self.keys), sum(t.shape[0] * t.shape[1] * t.shape[3] * t.element_size() for t in self.keys + self.values))
         return self._row_bytes[1]
 
     def committed_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:

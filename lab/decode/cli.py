@@ -1,12 +1,14 @@
 """`lab-generate CKPT_OR_RUN_DIR_OR_RELEASE --prompt TEXT`: continue a prompt with a trained model.
 
 The continuation goes to stdout; one summary line (tokens, tokens/s, target forwards,
-and with --speculative the runtime ledger) goes to stderr, so `> file` keeps only text.
+and with --speculative the runtime ledger) goes to stderr, so `> file` keeps only text; on an MoE
+model --speculative adds a second stderr line, the experts each round touched (lab/decode/moe_ledger.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import torch
@@ -14,6 +16,8 @@ import torch
 from lab.decode.generate import generate
 from lab.decode.ledger import ledger_line
 from lab.decode.loading import load_for_generation
+from lab.decode.moe_ledger import MoELedger
+from lab.decode.moe_ledger import ledger_line as moe_ledger_line
 from lab.decode.ngram import DEFAULT_MAX_DRAFT, PromptLookup
 from lab.errors import ConfigError
 
@@ -111,11 +115,13 @@ def run(args) -> None:
         raise ConfigError("prompt", f"has {len(ids)} tokens, longer than the model's context of {loaded.context} (data.seq_len)")
     check_context(len(ids), args.max_new_tokens, loaded.context, refuse=args.max_context)
     generator = torch.Generator().manual_seed(args.seed)
-    out = generate(
-        loaded.model, torch.tensor(ids), args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-        speculative=args.speculative, draft_steps=args.draft_steps, eos=loaded.tokenizer.eos_id, generator=generator, tree=tree,
-        ngram=ngram,
-    )
+    moe = MoELedger(loaded.model) if args.speculative else None  # an MoE model's experts per round (no hooks on a dense one)
+    with moe if moe is not None and moe.places else contextlib.nullcontext():
+        out = generate(
+            loaded.model, torch.tensor(ids), args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+            speculative=args.speculative, draft_steps=args.draft_steps, eos=loaded.tokenizer.eos_id, generator=generator, tree=tree,
+            ngram=ngram,
+        )
     sys.stdout.write(loaded.tokenizer.decode(out.tokens) + "\n")
     sys.stdout.flush()
     s = out.stats
@@ -123,6 +129,8 @@ def run(args) -> None:
     if args.speculative:
         summary += "  " + ledger_line(s)
     print(summary, file=sys.stderr)
+    if moe is not None and moe.places:
+        print(moe_ledger_line(moe.report(s)), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -162,6 +162,7 @@ class Decoder:
         self.stats.update(
             emitted=len(out),
             kv_bytes=dict(self.state.caches.peak_bytes),
+            kv_bytes_by_cache={str(key): cache.length * cache.row_bytes() for key, cache in self.state.caches.caches.items()},  # held at the end
             total_time_s=elapsed,
             tokens_per_s=len(out) / elapsed if elapsed > 0 else float("nan"),
             tokens_per_forward=len(out) / self.stats["target_forwards"] if self.stats["target_forwards"] else float("nan"),

@@ -63,6 +63,9 @@ def composed(overrides, cache_dir):
         (["head=parallel", "head.k=2", "head.offsets=-1"], "head.offsets"),
         (["trainer.devices=-1"], "trainer.devices"),  # all devices: fine on GPUs, a TypeError on the cpu accelerator
         (["trainer.strategy=no_such_option"], "trainer.strategy"),
+        (["trainer.strategy=7"], "trainer.strategy"),
+        (["trainer.check_val_every_n_epoch=abc"], "trainer.check_val_every_n_epoch"),
+        (["trainer.limit_val_batches=-1"], "trainer.limit_val_batches"),
     ],
 )
 def test_bad_config_raises_naming_the_field(overrides, field, cache_dir):

@@ -165,6 +165,12 @@ def check_trainer_counts(trainer: DictConfig) -> None:
         interval is None or (is_int(interval) and interval >= 1) or (isinstance(interval, float) and 0 < interval <= 1),
         "trainer.val_check_interval", f"must be a step count ≥ 1 or a fraction of an epoch in (0, 1], got {interval!r}",
     )
+    every_epochs = trainer.get("check_val_every_n_epoch")
+    require(every_epochs is None or (is_int(every_epochs) and every_epochs >= 1), "trainer.check_val_every_n_epoch",
+            f"must be an integer ≥ 1 or null, got {every_epochs!r}")
+    limit = trainer.get("limit_val_batches")
+    require(limit is None or (is_int(limit) and limit >= 0) or (isinstance(limit, float) and 0 <= limit <= 1), "trainer.limit_val_batches",
+            f"must be a batch count ≥ 0, a fraction in [0, 1] or null, got {limit!r}")
     log_every = trainer.get("log_every_n_steps", 50)
     require(is_int(log_every) and log_every >= 1, "trainer.log_every_n_steps", f"must be an integer ≥ 1, got {log_every!r}")
     devices = trainer.get("devices", "auto")
@@ -176,12 +182,12 @@ def check_trainer_counts(trainer: DictConfig) -> None:
 
 def check_strategy(strategy) -> None:
     """A strategy name Lightning knows (a `_target_` mapping is instantiated by Hydra and checked there)."""
-    if not isinstance(strategy, str) or strategy == "auto":
+    if strategy == "auto" or isinstance(strategy, (dict, DictConfig)):
         return
     from pytorch_lightning.strategies import StrategyRegistry
 
     known = StrategyRegistry.available_strategies()
-    require(strategy in known, "trainer.strategy", f"unknown '{strategy}'{did_you_mean(strategy, known)}; allowed: auto, {', '.join(known[:6])}, …")
+    require(isinstance(strategy, str) and strategy in known, "trainer.strategy", f"unknown '{strategy}'{did_you_mean(str(strategy), known)}; allowed: auto, {', '.join(known[:6])}, …")
 
 
 def check_other_accelerator(name: str) -> None:

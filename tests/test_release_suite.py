@@ -18,7 +18,7 @@ import torch
 from lab.checkpoint.check_release import check_main
 from lab.checkpoint.import_deepseek import deepseek_head, load_deepseek_folder
 from lab.checkpoint.init_from import load_parent_weights
-from lab.checkpoint.mtp_families import MTP_FAMILIES, family_refusal
+from lab.model.mtp_families import MTP_FAMILIES, family_refusal
 from lab.decode.cli import main as lab_generate
 from lab.errors import ConfigError
 from lab.model import build_model

@@ -25,6 +25,7 @@ import torch.nn as nn
 
 from lab.errors import ConfigError, require
 from lab.model.hf_weights import audit_folder, load_checked, mtp_layer_keys
+from lab.model.mtp_families import family_path_refusal
 from lab.model.native_layers import NativeLayers, attention_mask_for, layer_forward_flops, text_config
 from lab.model.trunk import AttentionContext, ModelConfig
 
@@ -287,12 +288,19 @@ def preflight_hf(cfg: HFModelConfig, head_cfg) -> None:
         from lab.data.hf_tokenizer import HFTokenizer
 
         check_tokenizer_fits(HFTokenizer(folder, "model.tokenizer_path" if cfg.tokenizer_path else "model.path").vocab_size, vocab)
+    check_native_block(config, head_cfg)
     if head_cfg.trunk_grad == "lora":
         from lab.model.lora import add_lora_adapters
 
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)
         add_lora_adapters(type("Skeleton", (), {"hf": skeleton})(), head_cfg.lora)
+
+
+def check_native_block(hf_config, head_cfg) -> None:
+    """head.block=native on a family whose decoder layer a head block cannot run (the MTP family table says why)."""
+    refusal = family_path_refusal(hf_config, "native_block") if head_cfg.block == "native" else None
+    require(refusal is None, "head.block", f"native cannot run this trunk's decoder layer: {refusal}; allowed: lab")
 
 
 WEIGHT_FILE_PATTERNS = ("*.safetensors", "*.bin")

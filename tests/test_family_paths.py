@@ -94,13 +94,34 @@ def test_the_harness_decodes_each_family_exactly_or_refuses_in_one_line(family):
     assert drafted.stats["target_forwards"] <= plain.stats["target_forwards"]
 
 
-def test_the_cli_refuses_a_native_block_the_family_cannot_run_before_any_run_folder(cache_dir, tmp_path):
-    config = ",".join(f"{key}:{value}" for key, value in tiny_config("bailing_hybrid").items())
+CLI_REFUSALS = {  # family -> (head overrides, the field the one line names)
+    "bailing_hybrid": (["head.block=native"], "head.block: native cannot run this trunk's decoder layer"),
+    "inkling_text": ([], "callbacks.decoding: decodes after the last step, and the harness cannot decode this trunk"),
+}
+
+
+@pytest.mark.parametrize("family", list(CLI_REFUSALS))
+def test_the_cli_refuses_what_the_family_cannot_run_before_any_run_folder(family, cache_dir, tmp_path):
+    head, start = CLI_REFUSALS[family]
+    config = ",".join(f"{key}:{value}" for key, value in tiny_config(family).items())
     run_dir = tmp_path / "run"
     out = lab_train(*[o for o in TINY if not o.startswith("model.")], "model=hf", "model.path=null", f"model.config={{{config}}}",
-                    "head=deepseek", "head.depth=1", "head.block=native", f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path,
-                    timeout=600)
+                    "head=deepseek", "head.depth=1", *head, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2, out.stderr[-2000:]
-    assert len(lines) == 1 and lines[0].startswith("error: head.block: native cannot run") and "model_type 'bailing_hybrid'" in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith(f"error: {start}") and f"model_type '{family}': " in lines[0], lines
     assert not run_dir.exists()
+
+
+def test_the_end_of_run_decoding_check_follows_the_table_and_its_off_switch():
+    from transformers import AutoConfig
+
+    from lab.config.checks import check_decoding_callback
+
+    on, off = {"decoding": {"prompts": 4}}, {"decoding": {"prompts": 0}}
+    check_decoding_callback(on, AutoConfig.for_model("glm4_moe"))  # a family the harness decodes
+    check_decoding_callback(off, AutoConfig.for_model("nemotron_h"))
+    check_decoding_callback({}, AutoConfig.for_model("nemotron_h"))  # no decoding callback configured
+    with pytest.raises(ConfigError) as refused:
+        check_decoding_callback(on, AutoConfig.for_model("nemotron_h"))
+    assert_one_line_naming(refused, "callbacks.decoding", "nemotron_h", MTP_FAMILIES["nemotron_h"].decoding)

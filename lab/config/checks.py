@@ -74,7 +74,8 @@ def check_config(cfg: DictConfig) -> None:
     if model.get("name") == "hf":
         from lab.model.hf_trunk import preflight_hf
 
-        preflight_hf(model_config(model), head)  # config, tokenizer, LoRA targets: no weights loaded
+        hf_config = preflight_hf(model_config(model), head)  # config, tokenizer, LoRA targets: no weights loaded
+        check_decoding_callback(cfg.get("callbacks"), hf_config)
     else:
         trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
     typed(OptimConfig, plain("optim"), "optim")
@@ -83,6 +84,16 @@ def check_config(cfg: DictConfig) -> None:
     require(not (objective or {}).get("teacherless") or hasattr(data, "task"), "objective.teacherless",
             f"needs a synthetic task (data=star_graph|induction), the only data with answers; got data.source={cfg.data.get('source')}")
     check_horizons_fit(head.k, data.seq_len, head.offsets)
+
+
+def check_decoding_callback(callbacks, hf_config) -> None:
+    """The end-of-run decoding evaluation on a trunk whose family the harness cannot decode (the MTP family table)."""
+    from lab.model.mtp_families import family_path_refusal
+
+    decoding = (callbacks or {}).get("decoding")
+    refusal = family_path_refusal(hf_config, "decoding") if decoding is not None and decoding.get("prompts") != 0 else None
+    require(refusal is None, "callbacks.decoding",
+            f"decodes after the last step, and the harness cannot decode this trunk: {refusal}; turn it off with callbacks.decoding.prompts=0")
 
 
 def check_run_config(cfg: DictConfig) -> None:

@@ -274,10 +274,11 @@ def check_tokenizer_fits(tokenizer_vocab: int, model_vocab: int) -> None:
             "give a tokenizer that belongs to the model (model.tokenizer_path)")
 
 
-def preflight_hf(cfg: HFModelConfig, head_cfg) -> None:
+def preflight_hf(cfg: HFModelConfig, head_cfg):
     """Every check of a `model=hf` run that needs no weights (`cfg` typed by lab.model.mtp.model_config):
     config, causal LM, tokenizer and its vocabulary, LoRA target modules (on a weightless meta-device
-    copy). The head options that depend on the trunk are lab.model.mtp.check_head_on_trunk's."""
+    copy). The head options that depend on the trunk are lab.model.mtp.check_head_on_trunk's.
+    Returns the transformers config it read."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -295,6 +296,7 @@ def preflight_hf(cfg: HFModelConfig, head_cfg) -> None:
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)
         add_lora_adapters(type("Skeleton", (), {"hf": skeleton})(), head_cfg.lora)
+    return config
 
 
 def check_native_block(hf_config, head_cfg) -> None:

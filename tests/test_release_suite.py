@@ -18,7 +18,7 @@ import torch
 from lab.checkpoint.check_release import check_main
 from lab.checkpoint.import_deepseek import deepseek_head, load_deepseek_folder
 from lab.checkpoint.init_from import load_parent_weights
-from lab.checkpoint.mtp_families import MTP_FAMILIES, family_refusal
+from lab.model.mtp_families import MTP_FAMILIES, family_refusal
 from lab.decode.cli import main as lab_generate
 from lab.errors import ConfigError
 from lab.model import build_model
@@ -228,19 +228,26 @@ def test_a_refused_family_is_refused_in_one_line_by_export_check_and_loaders(tmp
 
 
 def test_weight_files_are_written_with_the_users_umask(tmp_path):
+    """--format deepseek and --format hf (export_hf itself) write every file with the umask's mode; safetensors alone writes 0600."""
     from lab.checkpoint.export_deepseek import write_deepseek_folder
-    from lab.checkpoint.export_hf import honour_umask_in
+    from lab.checkpoint.export_hf import export_hf
+    from tests.hf_fixtures import write_tokenizer
 
     torch.manual_seed(0)
     model = build_model({"name": "hf", "config": {"model_type": "deepseek_v3", **DEEPSEEK}}, deepseek_head(1))
+    write_tokenizer(tmp_path / "tokenizer")
+    checkpoint = {"mtp_tokenizer": {"identity": {"kind": "bpe"}, "json": (tmp_path / "tokenizer" / "tokenizer.json").read_text()},
+                  "mtp_manifest": {}}
     previous = os.umask(0o027)
     try:
         write_deepseek_folder(model, tmp_path / "deepseek")
-        model.trunk.hf.save_pretrained(tmp_path / "hf")
-        written = sorted((tmp_path / "hf").glob("*.safetensors"))
-        assert written and all(path.stat().st_mode & 0o777 == 0o600 for path in written)  # what safetensors does alone
-        honour_umask_in(tmp_path / "hf")  # what --format hf does after save_pretrained
+        export_hf(checkpoint, tmp_path / "hf", model)
+        model.trunk.hf.save_pretrained(tmp_path / "alone")
     finally:
         os.umask(previous)
-    shards = sorted((tmp_path / "deepseek").glob("*.safetensors")) + written
+    alone = sorted((tmp_path / "alone").glob("*.safetensors"))
+    assert alone and {path.stat().st_mode & 0o777 for path in alone} == {0o600}  # what safetensors does alone
+    shards = sorted((tmp_path / "deepseek").glob("*.safetensors")) + sorted((tmp_path / "hf").glob("*.safetensors"))
     assert len(shards) >= 2 and {path.stat().st_mode & 0o777 for path in shards} == {0o640}
+    hf_files = [path for path in (tmp_path / "hf").iterdir() if path.is_file()]
+    assert {path.suffix for path in hf_files} >= {".safetensors", ".json"} and {path.stat().st_mode & 0o777 for path in hf_files} == {0o640}

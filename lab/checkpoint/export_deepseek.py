@@ -15,7 +15,7 @@ importer checks). Shards with an index, the tokenizer beside them, files with th
 temporary folder, read back by the very loader `--check` runs (it must pass both gates), then renamed.
 
 What the family runs must be what the heads learned, else the export refuses in one line: the family must be a
-round-trip family of the table (lab/checkpoint/mtp_families.py); transformers feeds MTP layer N the
+round-trip family of the table (lab/model/mtp_families.py); transformers feeds MTP layer N the
 post-final-norm state (head.hidden_input=post_norm) and, for D ≥ 2, passes each depth's output on after its
 shared_head.norm (head.chain_state=normed); neither is a weight conversion.
 """
@@ -29,7 +29,7 @@ import torch
 
 from lab.checkpoint.export_hf import honour_umask_in, staged_folder, transformers_tokenizer
 from lab.checkpoint.fusion_order import projection_in_order, runtime_fusion_order
-from lab.checkpoint.mtp_families import MTP_FAMILIES, family_refusal
+from lab.model.mtp_families import MTP_FAMILIES, family_refusal
 from lab.errors import require
 
 SHARD_SIZE = "2GB"

@@ -27,7 +27,7 @@ import torch
 
 from lab.checkpoint.deepseek_layout import LayoutReport, inspect_layout
 from lab.checkpoint.fusion_order import projection_in_order, runtime_fusion_order
-from lab.checkpoint.mtp_families import family_refusal
+from lab.model.mtp_families import family_refusal
 from lab.model.hf_weights import load_report_problem, tensor_table
 
 # (the folder's key under model.layers.{L}., the trunk part it must equal)

@@ -75,7 +75,8 @@ def check_config(cfg: DictConfig) -> None:
     if model.get("name") == "hf":
         from lab.model.hf_trunk import preflight_hf
 
-        preflight_hf(model_config(model), head)  # config, tokenizer, LoRA targets: no weights loaded
+        hf_config = preflight_hf(model_config(model), head)  # config, tokenizer, LoRA targets: no weights loaded
+        check_decoding_callback(cfg.get("callbacks"), hf_config)
     else:
         trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
     typed(OptimConfig, plain("optim"), "optim")
@@ -106,6 +107,16 @@ def check_hidden_cache(cfg: DictConfig, trunk_grad: str) -> None:
     require(precision in CACHE_PRECISIONS, "hidden_cache",
             f"trainer.precision={precision} would compute the live trunk differently from the cache; allowed: "
             f"{', '.join(CACHE_PRECISIONS)} (for bfloat16 set model.dtype=bfloat16: the cache then holds bfloat16 states)")
+
+
+def check_decoding_callback(callbacks, hf_config) -> None:
+    """The end-of-run decoding evaluation on a trunk whose family the harness cannot decode (the MTP family table)."""
+    from lab.model.mtp_families import family_path_refusal
+
+    decoding = (callbacks or {}).get("decoding")
+    refusal = family_path_refusal(hf_config, "decoding") if decoding is not None and decoding.get("prompts") != 0 else None
+    require(refusal is None, "callbacks.decoding",
+            f"decodes after the last step, and the harness cannot decode this trunk: {refusal}; turn it off with callbacks.decoding.prompts=0")
 
 
 def check_run_config(cfg: DictConfig) -> None:

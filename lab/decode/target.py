@@ -17,7 +17,9 @@ import torch
 
 from lab.decode.cache import CacheSet
 from lab.decode.hf_cache import use_transformers_cache
+from lab.errors import require
 from lab.model.mtp import MTPModel
+from lab.model.mtp_families import family_path_refusal
 
 TRUNK = ("trunk",)
 
@@ -45,6 +47,8 @@ class CachedModel:
         family_of = lambda key: "target" if key == TRUNK or key in target_stacks else "draft"  # noqa: E731
         self.caches = CacheSet(cfg.d_model // cfg.n_heads, cfg.rope_base, family_of)
         if model.has_hf_trunk:  # model=hf: the trunk keeps transformers' own DynamicCache
+            refusal = family_path_refusal(model.hf_model.config, "decoding")
+            require(refusal is None, "model", f"cannot decode with the harness: {refusal}")
             use_transformers_cache(self.caches, TRUNK)
         self.device = next(model.parameters()).device
 

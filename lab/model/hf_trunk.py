@@ -29,6 +29,7 @@ from lab.model.hf_weights import audit_folder, load_checked, mtp_layer_keys
 from lab.model.moe import check_expert_counts, router_config
 from lab.model.file_hash import sha256_of_file
 from lab.model.gguf_source import cache_root, check_gguf_source, converted_folder, file_field, gguf_file_of, gguf_sha256
+from lab.model.mtp_families import family_path_refusal
 from lab.model.native_layers import NativeLayers, attention_mask_for, layer_forward_flops, text_config
 from lab.model.trunk import AttentionContext, ModelConfig
 
@@ -314,10 +315,11 @@ def check_tokenizer_fits(tokenizer_vocab: int, model_vocab: int) -> None:
             "give a tokenizer that belongs to the model (model.tokenizer_path)")
 
 
-def preflight_hf(cfg: HFModelConfig, head_cfg) -> None:
+def preflight_hf(cfg: HFModelConfig, head_cfg):
     """Every check of a `model=hf` run that needs no weights (`cfg` typed by lab.model.mtp.model_config):
     config, causal LM, tokenizer and its vocabulary, LoRA target modules (on a weightless meta-device
-    copy). The head options that depend on the trunk are lab.model.mtp.check_head_on_trunk's."""
+    copy). The head options that depend on the trunk are lab.model.mtp.check_head_on_trunk's.
+    Returns the transformers config it read."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -330,12 +332,20 @@ def preflight_hf(cfg: HFModelConfig, head_cfg) -> None:
         from lab.data.hf_tokenizer import HFTokenizer
 
         check_tokenizer_fits(HFTokenizer(folder, "model.tokenizer_path" if cfg.tokenizer_path else "model.path").vocab_size, vocab)
+    check_native_block(config, head_cfg)
     if head_cfg.trunk_grad == "lora":
         from lab.model.lora import add_lora_adapters
 
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)
         add_lora_adapters(type("Skeleton", (), {"hf": skeleton})(), head_cfg.lora)
+    return config
+
+
+def check_native_block(hf_config, head_cfg) -> None:
+    """head.block=native on a family whose decoder layer a head block cannot run (the MTP family table says why)."""
+    refusal = family_path_refusal(hf_config, "native_block") if head_cfg.block == "native" else None
+    require(refusal is None, "head.block", f"native cannot run this trunk's decoder layer: {refusal}; allowed: lab")
 
 
 WEIGHT_FILE_PATTERNS = ("*.safetensors", "*.bin")

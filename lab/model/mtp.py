@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from lab.errors import require
 from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class, head_config
-from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_tokenizer_fits
+from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_native_block, check_tokenizer_fits
 from lab.model.moe import check_router_options, router_config, router_places
 from lab.model.trunk import ModelConfig, Trunk
 from lab.schema import typed
@@ -108,7 +108,9 @@ def check_head_on_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadCo
 def build_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) -> nn.Module:
     check_head_on_trunk(model_cfg, head_cfg)
     if isinstance(model_cfg, HFModelConfig):
-        return build_hf_trunk(model_cfg)
+        trunk = build_hf_trunk(model_cfg)
+        check_native_block(trunk.hf.config, head_cfg)
+        return trunk
     return Trunk(model_cfg, trunk_layers(model_cfg, head_cfg))
 
 

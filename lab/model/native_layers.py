@@ -177,12 +177,25 @@ class NativeLayers:
         taken = self.arguments_taken
         if "position_ids" in taken:
             arguments["position_ids"] = positions
-        if "position_embeddings" in taken and self.rotary is not None:
-            arguments["position_embeddings"] = self.rotary(x, positions)  # (cos, sin), shared by the layers
         if ctx.kv is not None:
             cache_argument = "cache" if "cache" in taken else "past_key_values"  # families still on the pre-5.24 name
             arguments.update({cache_argument: StackCacheView(ctx.kv), "use_cache": True})
+        rotary = "position_embeddings" in taken and self.rotary is not None
         for layer in layers:
+            if rotary:
+                arguments["position_embeddings"] = self.rotary_for(layer, x, positions)
             out = layer(x, **arguments)
             x = out[0] if isinstance(out, tuple) else out  # [B, S, d]
         return x
+
+    @cached_property
+    def rotary_per_layer_type(self) -> bool:
+        """mellum-like families keep one rotary per attention kind (`layer_type`): full and sliding layers differ."""
+        return "layer_type" in inspect.signature(self.rotary.forward).parameters
+
+    def rotary_for(self, layer: nn.Module, x: torch.Tensor, positions: torch.Tensor):
+        """(cos, sin) for `layer`: the trunk's rotary, of the layer's own kind where the family has several."""
+        if not self.rotary_per_layer_type:
+            return self.rotary(x, positions)
+        attention = layer.self_attn  # built from a config whose layer_types cover its index (NativeLayers.build)
+        return self.rotary(x, positions, layer_type=attention.config.layer_types[attention.layer_idx])

@@ -56,6 +56,19 @@ def test_a_speculative_round_counts_its_verify_rows_drafts_and_depth_costs(depth
     assert report["shared_expert_bytes"] == EXPERT_BYTES * (1 + depth)  # one shared expert in l1 and in each depth
 
 
+def test_a_dense_trunk_under_moe_depths_still_has_rounds_delimited_by_its_target_passes():
+    torch.manual_seed(0)
+    config = moe_model_config("deepseek_v3", first_k_dense_replace=CONFIG["num_hidden_layers"])  # every trunk layer dense
+    net = build_model(config, {"name": "deepseek", "depth": 1, "block": "native"}).eval()  # the depth is still MoE
+    with MoELedger(net) as ledger:
+        out = generate(net, PROMPT, 8, speculative=True)
+    rounds = ledger.passes()
+    assert [r.verify_rows for r in rounds] == [len(PROMPT)] + [1 + m for m in out.stats["proposed_by_round"]]
+    assert all(not any(place.startswith("l") for place in r.distinct) for r in rounds)  # no trunk router at all
+    assert all(2 <= r.distinct["h2"] <= 4 for r in rounds[1:])  # depth 1 drafted (and caught up) before each verification
+    assert ledger.report(out.stats)["expert_bytes_draft_mean"] > 0
+
+
 def test_the_expert_term_is_a_least_squares_fit_checked_by_hand():
     c0, slope = fit_expert_term([1.0, 2.0, 3.0], [3.0, 5.0, 7.0])  # seconds = 1 + 2 · bytes
     assert (c0, slope) == pytest.approx((1.0, 2.0), abs=1e-12)

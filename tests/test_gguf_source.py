@@ -51,6 +51,25 @@ def test_a_gguf_converts_once_to_a_folder_whose_logits_equal_transformers_own_gg
     assert "converting" not in capsys.readouterr().out and (folder / DONE_MARKER).stat().st_mtime_ns == marker_time
 
 
+def test_a_converted_gguf_is_not_parsed_again_and_an_unconverted_one_is(gguf_file, tmp_path, monkeypatch):
+    import lab.model.gguf_source as source
+
+    cache = tmp_path / "cache"
+    parsed = []
+    reader = source.open_reader
+    monkeypatch.setattr(source, "open_reader", lambda file, field: parsed.append(file) or reader(file, field))
+    source.check_gguf_source(gguf_file, "model.path", cache)  # not converted yet: every check reads the file
+    assert parsed == [gguf_file]
+    converted_folder(gguf_file, "model.path", cache)
+    parsed.clear()
+    source.check_gguf_source(gguf_file, "model.path", cache)  # converted: the checks it passed are not repeated
+    assert parsed == []
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(gguf_file.read_bytes())  # same content, another file: checked before it is known
+    source.check_gguf_source(copy, "model.path", cache)
+    assert parsed == [copy]
+
+
 def test_the_base_identity_of_a_gguf_model_names_the_file_and_its_sha256(gguf_file, tmp_path):
     import hashlib
 

@@ -27,6 +27,10 @@ TINY = [
     "optim.warmup_steps=2",
     "trainer.enable_progress_bar=false",
 ]
+# The end-of-run decoding evaluation sized without a time budget: a budgeted plan is sized from measured
+# time, so two runs of one config may decode different amounts. Tests comparing two runs pin it.
+FIXED_DECODING = ["callbacks.decoding.budget_s=null", "callbacks.decoding.prompts=2", "callbacks.decoding.new_tokens=16",
+                  "callbacks.decoding.repeats=1"]
 
 
 def lab_train(*overrides: str, cache_dir: Path, cwd: Path, timeout: int = SUBPROCESS_TIMEOUT) -> subprocess.CompletedProcess:

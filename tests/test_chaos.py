@@ -32,21 +32,23 @@ from pathlib import Path
 import pytest
 
 from lab.report.records import collect_sweep
-from tests.cli import TINY, read_run, SUBPROCESS_TIMEOUT
+from lab.training.timing import is_machine_state
+from tests.cli import FIXED_DECODING, TINY, read_run, SUBPROCESS_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS, EVERY, VAL_EVERY = 12, 2, 4  # checkpoints at 2, 4, ..., validations after steps 4, 8, 12
 # (point, global step): the point's step, then where the next attempt resumes from.
 KILLS = [("batch_end", 3), ("validation", 4), ("checkpoint_write", 6), ("batch_start", 6), ("train_end", 12)]
 KILLED_JOB = "1-ntp-k1"  # <job num>-<run_name>: the second job of the sweep
-WALL_CLOCK_HEADERS = ("time", "tokens/s")
-TIME_COLUMNS = re.compile(r"^(run_time_s|train_time_s|.*tokens_per_s)$")  # wall-clock values: never equal between two runs
+WALL_CLOCK_HEADERS = ("time", "tokens/s", "CPU-s", "CPU share", "contended")  # columns that measure the machine
+SPEED_FINDINGS = ("Speeds taken under contention", "No speed was taken under contention", "Fastest speculative decoding",
+                  "No variant is ranked by decoding speed")  # findings on measured speed: which appear depends on the machine
 
 
 def sweep_overrides() -> list[str]:
     tiny = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))]
     return [
-        *tiny, f"trainer.max_steps={STEPS}", f"trainer.val_check_interval={VAL_EVERY}",
+        *tiny, *FIXED_DECODING, f"trainer.max_steps={STEPS}", f"trainer.val_check_interval={VAL_EVERY}",
         f"callbacks.checkpoint.every_n_train_steps={EVERY}", "+callbacks.chaos._target_=tests.chaos_hooks.KillAt",
         "seed=0,1,2",
     ]
@@ -75,13 +77,23 @@ def resume(job: Path, cwd: Path, cache_dir: Path, *extra: str, kill: str | None 
 
 
 def csv_rows(text: str) -> list[dict]:
-    """Rows without wall-clock columns (throughput, run time): those differ between any two runs."""
-    return [{k: v for k, v in row.items() if not TIME_COLUMNS.match(k)} for row in csv.DictReader(io.StringIO(text))]
+    """Rows without the columns that measure the machine (times, throughput, load, contention): those differ between any two runs."""
+    return [{k: v for k, v in row.items() if not is_machine_state(k)} for row in csv.DictReader(io.StringIO(text))]
+
+
+def row_differences(left: list[dict], right: list[dict]) -> list[tuple]:
+    """(row, column, left value, right value) wherever two csv_rows lists differ: what a failed comparison prints."""
+    if len(left) != len(right):
+        return [("rows", len(left), len(right))]
+    return [(i, key, a.get(key), b.get(key)) for i, (a, b) in enumerate(zip(left, right)) for key in sorted(a.keys() | b.keys())
+            if a.get(key) != b.get(key)]
 
 
 def report_text(sweep_dir: Path) -> str:
-    """report.md without the sweep's own path and wall-clock figures (table columns headed '... time ...' or 'tokens/s ...')."""
+    """report.md without the sweep's own path, its measured-speed findings and the table columns that measure the machine
+    (headed '... time ...', 'tokens/s', CPU time or share, contended)."""
     text = (sweep_dir / "report.md").read_text().replace(str(sweep_dir), "SWEEP")
+    text = "\n".join(line for line in text.splitlines() if not any(finding in line for finding in SPEED_FINDINGS))
     text = re.sub(r"summed job run time: [0-9.]+ s", "summed job run time: T s", text)
     lines, timed = [], set()
     for line in text.splitlines():
@@ -132,10 +144,12 @@ def test_killed_refused_and_finished_resumes_leave_the_sweep_records_of_an_unint
 
     finish = subprocess.run([sys.executable, "-m", "lab.run.resume", str(b)], cwd=tmp_path, env=env(cache_dir), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert finish.returncode == 0 and "(3 ok, 0 failed)" in finish.stdout, finish.stdout[-2000:] + finish.stderr[-3000:]
-    assert csv_rows((b / "runs.csv").read_text()) == csv_rows((a / "runs.csv").read_text())
+    assert csv_rows((b / "runs.csv").read_text()) == csv_rows((a / "runs.csv").read_text()), row_differences(
+        csv_rows((b / "runs.csv").read_text()), csv_rows((a / "runs.csv").read_text()))
     assert report_text(b) == report_text(a)
     for name in ("0-ntp-k1", KILLED_JOB, "2-ntp-k1"):
-        assert csv_rows((b / name / "metrics.csv").read_text()) == csv_rows((a / name / "metrics.csv").read_text()), name
+        rows, reference_rows = csv_rows((b / name / "metrics.csv").read_text()), csv_rows((a / name / "metrics.csv").read_text())
+        assert rows == reference_rows, (name, row_differences(rows, reference_rows))
     assert not [p for p in b.rglob("*") if p.name.endswith((".partial", ".staged"))]
 
     record = read_run(job)

@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 
 from lab.errors import ConfigError
 from lab.run.lock import LOCK_NAME, lock_directory, unlock_directory
-from tests.cli import TINY, lab_train, read_run
+from tests.cli import FIXED_DECODING, TINY, lab_train, read_run
 from tests.test_chaos import csv_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def one_error_line(stderr: str) -> str:
 def test_a_second_lab_train_on_a_busy_run_dir_stops_in_one_line_and_leaves_the_first_run_alone(tmp_path, cache_dir):
     run_dir, marker, release = tmp_path / "run", tmp_path / "first-step-done", tmp_path / "release"
     hold = ["+callbacks.hold._target_=tests.test_run_lock.HoldAfterFirstStep", f"+callbacks.hold.marker={marker}", f"+callbacks.hold.release={release}"]
-    first = subprocess.Popen([sys.executable, "-m", "lab.train", *TINY, *hold, f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env(cache_dir),
+    first = subprocess.Popen([sys.executable, "-m", "lab.train", *TINY, *FIXED_DECODING, *hold, f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env(cache_dir),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 600
@@ -57,7 +57,7 @@ def test_a_second_lab_train_on_a_busy_run_dir_stops_in_one_line_and_leaves_the_f
             assert first.poll() is None, first.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the first run never finished its first step"
             time.sleep(0.2)
-        second = lab_train(*TINY, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+        second = lab_train(*TINY, *FIXED_DECODING, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
     finally:
         release.write_text("go")
         _, first_err = first.communicate(timeout=600)
@@ -70,7 +70,7 @@ def test_a_second_lab_train_on_a_busy_run_dir_stops_in_one_line_and_leaves_the_f
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1
 
     alone = tmp_path / "alone"
-    single = lab_train(*TINY, f"hydra.run.dir={alone}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+    single = lab_train(*TINY, *FIXED_DECODING, f"hydra.run.dir={alone}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
     assert single.returncode == 0, single.stderr[-3000:]
     assert csv_rows((run_dir / "metrics.csv").read_text()) == csv_rows((alone / "metrics.csv").read_text())
 

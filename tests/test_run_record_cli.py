@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cli import TINY, read_run, SUBPROCESS_TIMEOUT
+from lab.training.timing import is_machine_state
+from tests.cli import FIXED_DECODING, TINY, read_run, SUBPROCESS_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -255,7 +256,7 @@ def kill_env(point: str, run_dir: Path) -> dict:
 def test_kills_during_a_validation_and_a_checkpoint_write_lose_no_row_and_leave_no_temp_file(tmp_path, cache_dir):
     """Checkpoints and validations after steps 2, 4, 6: each checkpoint waits for its validation's rows."""
     tiny = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))]
-    job = [*tiny, "trainer.max_steps=6", "trainer.val_check_interval=2", "callbacks.checkpoint.every_n_train_steps=2",
+    job = [*tiny, *FIXED_DECODING, "trainer.max_steps=6", "trainer.val_check_interval=2", "callbacks.checkpoint.every_n_train_steps=2",
            "+callbacks.chaos._target_=tests.chaos_hooks.KillAt"]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     base_env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
@@ -277,12 +278,12 @@ def test_kills_during_a_validation_and_a_checkpoint_write_lose_no_row_and_leave_
             a.wait()
 
     def rows(run_dir: Path) -> list[dict]:
-        return [{k: v for k, v in r.items() if "tokens_per_s" not in k} for r in csv.DictReader((run_dir / "metrics.csv").open())]
+        return [{k: v for k, v in r.items() if not is_machine_state(k)} for r in csv.DictReader((run_dir / "metrics.csv").open())]
 
     assert rows(killed) == rows(whole)
     assert [r["step"] for r in rows(whole) if r.get("val/loss")] == ["1", "3", "5"]  # validations after steps 2, 4 and 6
     assert not [p.name for p in (killed / "checkpoints").iterdir() if p.name != "last.ckpt"]
     record = read_run(killed)
     assert [(a["status"], a["resumed_from_step"]) for a in record["attempts"]] == [("interrupted", None), ("interrupted", 2), ("ok", 4)]
-    untimed = lambda metrics: {k: v for k, v in metrics.items() if "tokens_per_s" not in k and "mfu" not in k}  # noqa: E731
+    untimed = lambda metrics: {k: v for k, v in metrics.items() if not is_machine_state(k)}  # noqa: E731
     assert untimed(record["final_metrics"]) == untimed(read_run(whole)["final_metrics"])

@@ -14,12 +14,13 @@ import pytest
 import torch
 
 from lab.report.records import record_from_run_dir
-from tests.cli import TINY, read_run
-from tests.test_chaos import TIME_COLUMNS, csv_rows
+from tests.cli import FIXED_DECODING, TINY, read_run
+from lab.training.timing import is_machine_state
+from tests.test_chaos import csv_rows, row_differences
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 8
-OVERRIDES = [*[o for o in TINY if not o.startswith("trainer.max_steps")], f"trainer.max_steps={STEPS}",
+OVERRIDES = [*[o for o in TINY if not o.startswith("trainer.max_steps")], *FIXED_DECODING, f"trainer.max_steps={STEPS}",
              "callbacks.checkpoint.every_n_train_steps=100", "+callbacks.signal._target_=tests.chaos_hooks.SignalAt"]
 
 
@@ -55,9 +56,10 @@ def test_a_signalled_run_stops_at_a_checkpoint_exits_128_plus_signal_and_resumes
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     record = read_run(run)
     assert [a["status"] for a in record["attempts"]] == ["interrupted", "ok"] and record["attempts"][1]["resumed_from_step"] == step
-    assert csv_rows((run / "metrics.csv").read_text()) == csv_rows((reference / "metrics.csv").read_text())
-    final = {name: value for name, value in record["final_metrics"].items() if not TIME_COLUMNS.match(name)}
-    assert final == {name: value for name, value in read_run(reference)["final_metrics"].items() if not TIME_COLUMNS.match(name)}
+    rows, reference_rows = csv_rows((run / "metrics.csv").read_text()), csv_rows((reference / "metrics.csv").read_text())
+    assert rows == reference_rows, row_differences(rows, reference_rows)
+    final = {name: value for name, value in record["final_metrics"].items() if not is_machine_state(name)}
+    assert final == {name: value for name, value in read_run(reference)["final_metrics"].items() if not is_machine_state(name)}
     expected, got = weights(reference), weights(run)
     assert expected.keys() == got.keys() and all(torch.equal(expected[name], got[name]) for name in expected)
 

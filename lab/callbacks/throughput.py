@@ -55,6 +55,7 @@ class TokenThroughput(pl.Callback):
         self._watch = Stopwatch()  # every training step of this attempt
         self._window = Span()  # the steps since the last logging step
         self._earlier_steps: Span | None = None  # the steps of earlier attempts, restored from the checkpoint
+        self._verdict_logged = False
 
     def setup(self, trainer, pl_module, stage):
         self.peak_flops = resolve_peak_flops(self.peak_flops_spec, trainer.strategy.root_device)
@@ -121,9 +122,19 @@ class TokenThroughput(pl.Callback):
 
     def on_train_end(self, trainer, pl_module):
         """The run's contention verdict joins the final metrics (run.json, every logger)."""
+        self._log_verdict(trainer)
+
+    def on_fit_end(self, trainer, pl_module):
+        # A run resumed from a checkpoint already at trainer.max_steps skips Lightning's training loop and
+        # with it on_train_end: the verdict its earlier attempts measured is logged here, at the same step.
+        if trainer.max_steps is not None and 0 < trainer.max_steps <= trainer.global_step:
+            self._log_verdict(trainer)
+
+    def _log_verdict(self, trainer) -> None:
         steps = self.steps_span()
-        if steps is None:
+        if steps is None or self._verdict_logged:
             return
+        self._verdict_logged = True
         metrics = {"train/contended": float(steps.contended), "train/cpu_share": steps.cpu_share, "train/load_start": steps.load_start,
                    "train/load_end": steps.load_end, "train/machine_cores": float(steps.machine_cores)}
         for logger in trainer.loggers:

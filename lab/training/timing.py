@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from dataclasses import asdict, dataclass
 
@@ -38,6 +39,18 @@ CPU_SHARE_MIN = 0.8  # worker CPU time ÷ wall time below this: the worker waite
 LOAD_PER_CORE_MAX = 1.0  # 1-minute load average above this many per core, at both ends: an overloaded machine
 RULE = (f"the worker thread's CPU time below {CPU_SHARE_MIN:g} of the wall time, or, for a job of several threads, the "
         f"load average above {LOAD_PER_CORE_MAX:g}× the core count")
+
+
+# Metric and record names whose values say what the machine did, not what the model computed (times,
+# throughputs, CPU shares, loads, thread and core counts, the contended flag, measured speedups):
+# two runs of one config differ in exactly these. Comparisons of runs (resume = uninterrupted) skip them.
+MACHINE_STATE_NAME = re.compile(
+    r"(^|[/_])(time_s|tokens_per_s|tokens_per_cpu_s|thread_cpu_s|process_cpu_s|cpu_share|threads|cores|"
+    r"load_start|load_end|contended|mfu|speedup(_cpu)?(_q[13])?)$")
+
+
+def is_machine_state(name: str) -> bool:
+    return MACHINE_STATE_NAME.search(name) is not None
 
 
 def machine_cores() -> int:

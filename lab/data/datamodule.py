@@ -189,7 +189,6 @@ class LMDataModule(RowsDataModule):
         self.config = validate_data_config(**options)
         self.save_hyperparameters(dataclasses.asdict(self.config))
         self.cache_dir = Path(os.path.expanduser(self.config.cache_dir)) if self.config.cache_dir else DEFAULT_CACHE_DIR
-        self._prepared: _Prepared | None = None
 
     # ------------------------------------------------------------------ the work
 
@@ -305,24 +304,6 @@ class LMDataModule(RowsDataModule):
     @property
     def corpus_fingerprint(self) -> str:
         return self._require_prepared().corpus_fingerprint
-
-    @property
-    def train_rows(self) -> PackedRows:
-        return self._require_prepared().train_rows
-
-    @property
-    def val_rows(self) -> PackedRows:
-        return self._require_prepared().val_rows
-
-    @property
-    def corpus_stats(self) -> dict:
-        """n_docs/n_bytes/n_tokens/n_rows per split, and the unigram entropy of the training tokens."""
-        return self._require_prepared().corpus_stats
-
-    def _require_prepared(self) -> _Prepared:
-        if self._prepared is None:
-            raise RuntimeError("LMDataModule: call setup() (or prepare()) before reading its data")
-        return self._prepared
 
 
 def _iter_texts(docs: datasets.Dataset | datasets.IterableDataset) -> Iterator[str]:

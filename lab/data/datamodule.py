@@ -7,7 +7,7 @@ Construction only validates the config (cheap, so the CLI fails before any work)
 
 Rows are built on the fly (`MappedRows` over the memory-mapped tokenized cache, or with
 `streaming=true` `StreamingRows` over a `datasets.IterableDataset`), so memory does not
-grow with the corpus. A batch is a dict with the four DESIGN.md §2 keys, each [B, S].
+grow with the corpus. A batch is a dict with the four batch keys of docs/tensor-conventions.md, each [B, S].
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class _Prepared:
 
 
 class LMDataModule(RowsDataModule):
-    """Packed language-model batches from a text corpus (see DESIGN.md §2 for the batch keys)."""
+    """Packed language-model batches from a text corpus (batch keys: docs/tensor-conventions.md)."""
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 A subclass provides `config` (with `seed`, `batch_size`, `shuffle`, `num_workers`) and
 `prepare()`, which sets `self._prepared` to a record with `train_rows` / `val_rows` (map-style
 rows, or with `streaming` the `StreamingRows` of lab/data/streaming.py) and `corpus_stats`; the
-base serves them and refuses to before prepare(). Batches are dicts of [B, S] tensors (DESIGN.md §2).
+base serves them and refuses to before prepare(). Batches are dicts of [B, S] tensors (docs/tensor-conventions.md).
 """
 
 from __future__ import annotations

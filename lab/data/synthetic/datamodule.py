@@ -193,7 +193,7 @@ class _Prepared:
 
 
 class SyntheticDataModule(RowsDataModule):
-    """Batches of a synthetic task (the DESIGN.md §2 keys plus `target_mask`, and `input_tokens` when teacherless; each [B, S])."""
+    """Batches of a synthetic task (the batch keys of docs/tensor-conventions.md plus `target_mask`, and `input_tokens` when teacherless; each [B, S])."""
 
     def __init__(self, **options):
         super().__init__()

@@ -205,7 +205,7 @@ class MTPHead(nn.Module):
     sharding_units: tuple[type[nn.Module], ...] = (Block,)
     # What reports and figures need to know of an architecture (read through lab.model.heads, never by name):
     is_baseline: bool = False  # the plain next-token model every variant is compared with
-    teacher_forced_metrics: bool = False  # horizon k ≥ 2 metrics see the true tokens up to t+k−1 (DESIGN §7)
+    teacher_forced_metrics: bool = False  # horizon k ≥ 2 metrics see the true tokens up to t+k−1 (docs/metrics.md)
     # Head containers whose index i holds horizon i + offset (e.g. `projections.0` is horizon 1).
     horizon_containers: Mapping[str, int] = {"projections": 1}
 

@@ -178,7 +178,7 @@ class BlockStack(nn.Module):
 
 @dataclass(frozen=True)
 class NextTokenPath:
-    """What horizon 1 needs from a head, for a next-token-only release (lab/export.py).
+    """What horizon 1 needs from a head, for a next-token-only release (lab/checkpoint/export.py).
 
     `blocks`: head state-key prefixes of the transformer blocks horizon 1 runs right after
     the trunk, in order (each becomes one more trunk block of the release).

@@ -1,6 +1,6 @@
 """The label compiler: which (source row, horizon) pairs are supervised.
 
-Two rules, both from DESIGN.md §3:
+Two rules, both in docs/tensor-conventions.md:
 - endpoint rule (independent heads): row t is valid at a horizon of offset o when both t
   and t+o are real tokens of the same document occurrence (o = k by default; leap offsets,
   `head.offsets`, give horizon k its own o_k);

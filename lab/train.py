@@ -2,7 +2,7 @@
 
 Bad input ends with one line `error: <field>: <what is allowed>` and exit code 2.
 torch and Lightning are imported where a run needs them, never at module level, and `--help`
-is answered from conf/ (lab/cli_help.py) instead of by Hydra: both answer fast
+is answered from conf/ (lab/config/cli_help.py) instead of by Hydra: both answer fast
 (experiments/benchmarks/cli_startup.py).
 """
 
@@ -255,7 +255,7 @@ def quiet_environment() -> None:
     """What the CLI sets before Hydra starts (never at import: importing lab.train changes nothing)."""
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
-    quiet_known_noise()  # only the listed library noise (lab/console.py)
+    quiet_known_noise()  # only the listed library noise (lab/tracking/console.py)
 
 
 def main() -> None:

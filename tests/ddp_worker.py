@@ -75,7 +75,7 @@ HOLE = (2, 1)  # (row, position): a masked hole inside a document (active False,
 
 
 def global_batch() -> dict:
-    """The fixed [4, 16] global batch (DESIGN.md §2 batch dict)."""
+    """The fixed [4, 16] global batch (the batch dict of docs/tensor-conventions.md)."""
     g = torch.Generator().manual_seed(7)
     tokens = torch.randint(1, VOCAB, (ROWS, SEQ), generator=g)
     segments = torch.full((ROWS, SEQ), -1, dtype=torch.long)

@@ -1,4 +1,4 @@
-"""Acceptance conventions (DESIGN.md §10): unconditional vs conditional per-position rates, mean
+"""Acceptance conventions (docs/api.md): unconditional vs conditional per-position rates, mean
 acceptance length with and without the bonus token, from hand-built per-round records."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_decoding_metrics_name_each_convention():
     assert metrics["decode/mean_accept_len"] == pytest.approx(1 + metrics["decode/mean_accepted"])
 
 
-# Path acceptance and the Fréchet bounds (M7.4 §0x08B), 3 draft slots. Output token i is 10 + i.
+# Path acceptance and the Fréchet bounds (docs/decoding.md), 3 draft slots. Output token i is 10 + i.
 OUT = list(range(10, 22))  # 12 tokens
 ROUNDS = [  # (output index of the frontier, rank-0 drafts, accepted path length)
     (0, [11, 12, 99], 2),  # rank-0 right at slots 1, 2

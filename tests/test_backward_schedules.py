@@ -1,4 +1,4 @@
-"""Backward schedules (DESIGN.md §6): joint, sequential and chunked give the same loss and gradients.
+"""Backward schedules (docs/architecture.md, the training step): joint, sequential and chunked give the same loss and gradients.
 
 Reference: full logits of every horizon (helpers.horizon_sums), loss Σ_k c_k S_k, one backward.
 Every schedule's loss and every parameter gradient must match it, for every head, every

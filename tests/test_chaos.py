@@ -3,8 +3,8 @@
 Sweep A runs 3 jobs uninterrupted. Sweep B runs the same 3 jobs; job 1 is SIGKILLed by its
 own process (tests/chaos_hooks.py) at five named points — after a training step, during a
 validation, while a checkpoint is being written, before a staged checkpoint is renamed into
-place, after the final checkpoint — and resumed after each kill with the README's
-sweep-resume recipe. Then a resume with a wrong override is refused, and a resume of the
+place, after the final checkpoint — and resumed after each kill with the
+docs/resuming.md sweep-resume recipe. Then a resume with a wrong override is refused, and a resume of the
 finished job has nothing to do. Job 2 never started (the kill stopped the sweep): the report
 lists it `not started` and `lab-resume` runs it and rebuilds the report. B's report, runs.csv and every job's metrics.csv must equal
 A's (time-dependent columns aside), no temp file may remain, and run.json must hold every
@@ -70,7 +70,7 @@ def sweep(sweep_dir: Path, cwd: Path, cache_dir: Path, kill: str | None = None) 
 
 
 def resume(job: Path, cwd: Path, cache_dir: Path, *extra: str, kill: str | None = None) -> subprocess.CompletedProcess:
-    """The README's sweep-resume recipe, verbatim (plus `extra` overrides)."""
+    """The sweep-resume recipe of docs/resuming.md, verbatim (plus `extra` overrides)."""
     recipe = f"lab-train $(sed -n 's/^- //p' $JOB/.hydra/overrides.yaml) hydra.mode=RUN hydra.run.dir=$JOB ckpt_path=last {' '.join(extra)}"
     script = f"lab-train() {{ {sys.executable} -m lab.train \"$@\"; }}; JOB={job}; {recipe}"
     return subprocess.run(["bash", "-c", script], cwd=cwd, env=env(cache_dir, kill), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)

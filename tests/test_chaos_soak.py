@@ -3,7 +3,7 @@
 The kills are not placed at named points (tests/test_chaos.py does that): each attempt is killed a
 random time after it logged its first training row, so a kill can land inside a step, a validation,
 a checkpoint write or the run record's update. Every attempt after the first resumes with the
-README's recipe (`ckpt_path=last`). The seed of the random moments is printed, so a failure can be
+recipe of docs/resuming.md (`ckpt_path=last`). The seed of the random moments is printed, so a failure can be
 replayed with MTP_LAB_SOAK_SEED.
 """
 

@@ -1,4 +1,4 @@
-"""Checkpoint semantics (lab/checkpoint.py): manifest, mismatch refusal, aliases, damage, atomic writes."""
+"""Checkpoint semantics (lab/checkpoint/): manifest, mismatch refusal, aliases, damage, atomic writes."""
 
 from __future__ import annotations
 

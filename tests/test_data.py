@@ -521,12 +521,12 @@ def test_unreachable_hub_dataset_is_one_line_and_exit_2(tmp_path, monkeypatch):
     assert "HF_DATASETS_OFFLINE=1" in lines[0] and "data.path=" in lines[0]
 
 
-def test_readme_local_corpus_example_runs_verbatim(tmp_path, cache_dir):
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    command = next(line for line in readme.splitlines() if line.startswith("lab-train data=text data.path=corpus.jsonl"))
+def test_documented_local_corpus_example_runs_verbatim(tmp_path, cache_dir):
+    page = (REPO / "docs" / "experiments.md").read_text(encoding="utf-8")
+    command = next(line for line in page.splitlines() if line.startswith("lab-train data=text data.path=corpus.jsonl"))
     texts = [f"def f{i}(x):\n    return x + {i}  # naïve\n" * (1 + i % 4) for i in range(80)]
     write_jsonl(tmp_path / "corpus.jsonl", texts, field="content")
-    overrides = shlex.split(command.split("#")[0])[1:]  # the README line minus its comment, then a tiny model
+    overrides = shlex.split(command.split("#")[0])[1:]  # the documented line minus its comment, then a tiny model
     result = lab_train(*overrides, *TINY, "data.max_docs=null", f"hydra.run.dir={tmp_path / 'run'}",
                        cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""Data-parallel exactness of the objective (DESIGN.md §5-§6) on a real 2-process DDP.
+"""Data-parallel exactness of the objective (docs/architecture.md, the training step) on a real 2-process DDP.
 
 `tests/ddp_worker.py` trains `MTPLitModule` for exactly one step per case, either on
 one process with the whole global batch (4 rows x 16) or under Lightning's DDP

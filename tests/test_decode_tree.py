@@ -60,7 +60,7 @@ def prompts():
 
 def test_widths_give_the_cartesian_tree_of_the_seed():
     shape = TreeShape.from_widths([4, 3, 2])
-    assert shape.size - 1 == 40 and sum(not kids for kids in shape.children) == 24  # 40 nodes, 24 paths (M7.4 §0x08B)
+    assert shape.size - 1 == 40 and sum(not kids for kids in shape.children) == 24  # 40 nodes, 24 paths
     assert shape.widths == (4, 3, 2) and shape.depth == 3 and not shape.is_chain
     assert TreeShape.from_widths([1, 1, 1]) == TreeShape.chain(3) and TreeShape.chain(3).is_chain
 

@@ -1,4 +1,4 @@
-"""`lab-export --check DIR`: the loader's verdict on a DeepSeek-layout folder, its two gates (M7.6 §0x07D) reported apart.
+"""`lab-export --check DIR`: the loader's verdict on a DeepSeek-layout folder, its two gates (docs/releases.md) reported apart.
 The damaged-release cases (each refused alike by --check and every loader) are tests/test_release_suite.py's."""
 
 from __future__ import annotations

@@ -320,7 +320,7 @@ def test_figures_written_without_wandb(tmp_path):
 
 # ---- end to end through the real CLI --------------------------------------------------------------
 def design_names(k: int) -> set[str]:
-    """Every per-step / per-validation metric name of DESIGN §7 for K horizons."""
+    """Every per-step / per-validation metric name of docs/metrics.md for K horizons."""
     names = {"mem/logits_live_bytes", "mem/saved_peak_bytes"}
     for h in range(1, k + 1):
         names |= {f"{p}/h{h}" for p in ("train/loss", "val/loss", "train/acc", "train/count", "train/weight_eff", "val/chain_acc",

@@ -1,4 +1,4 @@
-"""Release export (lab/export.py): next-token-only releases give the full model's next-token logits."""
+"""Release export (lab/checkpoint/export.py): next-token-only releases give the full model's next-token logits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DeepSeek-layout MTP heads that leave the harness and come back (M7.6 §0x07A–§0x07D).
+"""DeepSeek-layout MTP heads that leave the harness and come back (docs/releases.md).
 
 The real client is transformers' own MTP decoding (`generate(use_mtp=True)`, MTPCandidateGenerator): it reads
 what `lab-export --format deepseek` writes and must draft, accept and emit what the harness's speculative

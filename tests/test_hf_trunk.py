@@ -1,4 +1,4 @@
-"""model=hf: a transformers causal LM as the trunk (DESIGN.md §11).
+"""model=hf: a transformers causal LM as the trunk (docs/pretrained-trunks.md).
 
 Every test builds real transformers models from config objects (random weights, nothing
 downloaded) and compares the harness with transformers' own forward and loss.

@@ -1,4 +1,4 @@
-"""The label compiler (DESIGN.md §3) against hand-written masks.
+"""The label compiler (docs/tensor-conventions.md) against hand-written masks.
 
 Every expected mask below was written out by hand from the rules:
 endpoint rule  horizon_mask[t] = active[t] & active[t+k] & seg[t] == seg[t+k];
@@ -18,7 +18,7 @@ def bools(rows):
     return torch.tensor(rows, dtype=torch.bool)
 
 
-# DESIGN §3 worked check.
+# The worked example of docs/tensor-conventions.md.
 ORACLE = make_batch(
     [[11, 12, 13, 14, 15, PAD, PAD], [21, 22, 23, 31, 32, 33, 34]],
     [[0, 0, 0, 0, 0, -1, -1], [0, 0, 0, 1, 1, 1, 1]],

@@ -1,4 +1,4 @@
-"""Logical live-logit bytes per backward schedule (DESIGN.md §5 oracle)."""
+"""Logical live-logit bytes per backward schedule (the oracle of docs/api.md)."""
 
 import pytest
 import torch

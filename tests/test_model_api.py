@@ -1,4 +1,4 @@
-"""`lab.model` public API (DESIGN.md §10): build_model re-exported without an import cycle."""
+"""`lab.model` public API (docs/api.md): build_model re-exported without an import cycle."""
 
 from __future__ import annotations
 

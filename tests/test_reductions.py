@@ -1,4 +1,4 @@
-"""Reduction policies against hand-computed oracles (DESIGN.md §5).
+"""Reduction policies against hand-computed oracles (docs/api.md).
 
 Fixture: counts N = (9, 6, 3) (the packed worked example), λ = (1, 1/2, 1/4),
 T = 21, loss sums S = (18, 9, 6). Every expected number below was worked out by hand.

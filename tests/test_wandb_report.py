@@ -166,7 +166,7 @@ def test_decoding_panels_only_when_runs_log_decode_metrics(tmp_path):
         assert filters(grid["metadata"]["runSets"][0]) == [("run", "group", "=", "g"), ("run", "jobType", "=", "report")]
         assert [p["config"]["mediaKeys"] for p in grid["metadata"]["panelBankSectionConfig"]["panels"]] == [["figures/grad_cosine"]]
     titles = {p["config"]["metrics"][0]: p["config"].get("chartTitle") for p in panels(with_decode) if p["config"].get("metrics")}
-    assert "teacher-forced" in titles["val/loss/h2"] and "teacher-forced" not in titles["val/loss/h1"]  # DESIGN §7
+    assert "teacher-forced" in titles["val/loss/h2"] and "teacher-forced" not in titles["val/loss/h1"]  # docs/metrics.md
 
 
 def test_dimensions_resolve_to_the_keys_wandb_holds():

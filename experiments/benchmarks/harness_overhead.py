@@ -134,8 +134,8 @@ class Profiled(pl.Callback):
 PROFILE_ROWS = [
     ("loop iteration (everything)", "pytorch_lightning/loops/training_epoch_loop.py", "advance"),
     ("  data fetch", "pytorch_lightning/loops/fetchers.py", "__next__"),
-    ("  training_step (module)", "lab/module.py", "training_step"),
-    ("    train_step (lab/step.py)", "lab/step.py", "train_step"),
+    ("  training_step (module)", "lab/training/module.py", "training_step"),
+    ("    train_step (lab/training/step.py)", "lab/training/step.py", "train_step"),
     ("      forward", "torch/nn/modules/module.py", "_call_impl"),
     ("      saved-tensor meter pack", "lab/objective/memory.py", "_pack"),
     ("      saved-tensor meter release", "lab/objective/memory.py", "_release"),
@@ -143,7 +143,7 @@ PROFILE_ROWS = [
     ("      backward schedule run", "lab/objective/backward.py", "run"),
     ("      objective.loss", "lab/objective/objective.py", "loss"),
     ("      backward (manual_backward)", "pytorch_lightning/core/module.py", "manual_backward"),
-    ("      update (clip, optimizer, LR)", "lab/module.py", "update"),
+    ("      update (clip, optimizer, LR)", "lab/training/module.py", "update"),
     ("      logit_bytes", "lab/objective/logit_bytes.py", "logit_bytes"),
     ("    self.log / log_dict", "pytorch_lightning/core/module.py", "log"),
     ("  on_train_batch_end hooks (all)", "pytorch_lightning/trainer/call.py", "_call_callback_hooks"),
@@ -188,7 +188,7 @@ def profile(module, datamodule, trainer_factory, steps: int) -> None:
     for label, suffix, name in PROFILE_ROWS:
         seconds, calls = cumulative(harness_stats, suffix, name)
         rows.append([label, f"{1e3 * seconds / steps:.2f}", f"{calls / steps:.1f}"])
-    plain_step, _ = cumulative(plain_stats, "lab/step.py", "train_step")
+    plain_step, _ = cumulative(plain_stats, "lab/training/step.py", "train_step")
     rows.append(["plain loop: train_step", f"{1e3 * plain_step / steps:.2f}", "1.0"])
     for label, name in (("plain loop: Tensor.item", "<method 'item' of 'torch._C.TensorBase' objects>"),
                         ("plain loop: Tensor.tolist", "<method 'tolist' of 'torch._C.TensorBase' objects>")):

@@ -2,7 +2,7 @@
 
 Every `every_n_steps` optimizer steps (steps 0, n, 2n, ...) the callback measures, for
 every horizon k, the gradient of that horizon's own loss L_k = S_k / N_k (its mean
-cross-entropy over the global batch's valid rows; M7.4 §0x04B), on the step's own batch and
+cross-entropy over the global batch's valid rows), on the step's own batch and
 pre-step weights, in
 
 - `leaf` space: w.r.t. the trunk output hidden state [B, S, d] (what the heads consume);
@@ -15,7 +15,7 @@ gradient). Cosines do not depend on w_k, but they stay defined where w_k = 0 (a 
 starts with λ_k = 0 for distant horizons): the raw gradient of L_k is measured, the weighted
 one is derived from it.
 
-Logged names (DESIGN §7), K = number of horizons, i < j:
+Logged names (docs/metrics.md), K = number of horizons, i < j:
 
     grad/norm/h{k}                     ‖∇L_k‖ at the trunk output (leaf space), raw
     grad/norm_weighted/h{k}            ‖w_k ∇L_k‖: horizon k's share of the step's gradient

@@ -1,7 +1,7 @@
 """Checkpoints that never get ahead of the run's records.
 
 A resumed run keeps the metrics.csv rows logged before its checkpoint's step and continues
-from there (lab/csv_history.py), so a checkpoint of step s must only become `last.ckpt`
+from there (lab/tracking/csv_history.py), so a checkpoint of step s must only become `last.ckpt`
 once every row of the steps before s is on disk. Lightning's `ModelCheckpoint` writes a
 step checkpoint in `on_train_batch_end`, before that step's metrics reach the loggers and
 before the validation that may follow the step; a kill in between loses those rows for

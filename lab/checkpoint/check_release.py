@@ -1,4 +1,4 @@
-"""`lab-export --check DIR`: the loader's verdict on a DeepSeek-layout folder, as two gates (M7.6 §0x07D).
+"""`lab-export --check DIR`: the loader's verdict on a DeepSeek-layout folder, as two gates (docs/releases.md).
 
 It runs `load_deepseek_folder`, the code `lab-generate DIR`, `init_from=hf:DIR` and a run from the folder
 run, so PASS on both gates means they accept the folder (docs/releases.md).

@@ -1,4 +1,4 @@
-"""The DeepSeek MTP layout on disk (M7.6 §0x07A–§0x07D): what config.json and the safetensors headers say.
+"""The DeepSeek MTP layout on disk (docs/releases.md): what config.json and the safetensors headers say.
 
 A Hugging Face folder of a family that declares MTP layers keeps depth d (1..D) after the N main
 layers as `model.layers.{N+d-1}.*`: `enorm`, `hnorm`, `eh_proj` [d, 2d], `shared_head.norm`,
@@ -6,7 +6,7 @@ layers as `model.layers.{N+d-1}.*`: `enorm`, `hnorm`, `eh_proj` [d, 2d], `shared
 builds for the family's MTP layer), with `num_nextn_predict_layers` = D in config.json.
 
 `lab-export --check` (lab/checkpoint/check_release.py) is the loader's verdict: it runs `load_deepseek_folder`, the
-code `lab-generate`, `init_from=hf:` and a run from the folder run, and reports its two gates apart (§0x07D): target-only completeness
+code `lab-generate`, `init_from=hf:` and a run from the folder run, and reports its two gates apart: target-only completeness
 (the main model loads with every weight, none quantised, none left over but the MTP layers) and MTP
 completeness (transformers' own MTP loader reads every MTP weight, nothing missing, unexpected or
 mis-shaped, and the harness's depths take them). PASS on both means those loaders accept the folder.

@@ -9,7 +9,7 @@ import os
 import secrets
 from pathlib import Path
 
-PARTIAL_SUFFIX = ".partial"  # a temp file being written (lab/checkpoint_io.py)
+PARTIAL_SUFFIX = ".partial"  # a temp file being written (lab/checkpoint/io.py)
 STAGED_SUFFIX = ".staged"  # a complete checkpoint waiting for its rows (lab/callbacks/recorded_checkpoint.py)
 
 

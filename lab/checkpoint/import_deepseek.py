@@ -1,4 +1,4 @@
-"""Load a DeepSeek-layout folder into the harness under the alias contract of M7.6 §0x07B.
+"""Load a DeepSeek-layout folder into the harness under the alias contract of docs/releases.md.
 
 `load_deepseek_folder(DIR)` is what `lab-generate DIR`, `init_from=hf:DIR` and `lab-export --check DIR` run:
 

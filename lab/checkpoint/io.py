@@ -2,7 +2,7 @@
 
 A crash mid-write must leave the previous `last.ckpt` loadable, and bit rot must be
 reported rather than silently loaded (torch.load does not verify its zip CRCs). Kept
-apart from lab/checkpoint.py because importing Lightning is slow and the export
+apart from lab/checkpoint/loading.py (what the export tool imports) because importing Lightning is slow and the export
 tool does not need it.
 """
 

@@ -39,7 +39,7 @@ def check_group_choice(key: str, choices: list[str], conf_dir: Path) -> None:
 
 
 def check_group_overrides(argv: list[str], conf_dir: Path) -> None:
-    """`head=foo` where conf/head/foo.yaml does not exist → one line listing the options."""
+    """`head=foo` with no foo.yaml in the conf/head/ folder → one line listing the options."""
     for arg in argv:
         if "=" not in arg or arg.startswith(("-", "+", "~", "hydra.")):
             continue

@@ -1,4 +1,4 @@
-"""Data pipeline: corpora, tokenizers, packing into DESIGN.md §2 rows, the DataModules, synthetic tasks."""
+"""Data pipeline: corpora, tokenizers, packing into the rows of docs/tensor-conventions.md, the DataModules, synthetic tasks."""
 
 from lab.data.datamodule import DataConfig, LMDataModule, validate_data_config
 from lab.data.packing import (

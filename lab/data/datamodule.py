@@ -7,7 +7,7 @@ Construction only validates the config (cheap, so the CLI fails before any work)
 
 Rows are built on the fly (`MappedRows` over the memory-mapped tokenized cache, or with
 `streaming=true` `StreamingRows` over a `datasets.IterableDataset`), so memory does not
-grow with the corpus. A batch is a dict with the four DESIGN.md §2 keys, each [B, S].
+grow with the corpus. A batch is a dict with the four batch keys of docs/tensor-conventions.md, each [B, S].
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class _Prepared:
 
 
 class LMDataModule(RowsDataModule):
-    """Packed language-model batches from a text corpus (see DESIGN.md §2 for the batch keys)."""
+    """Packed language-model batches from a text corpus (batch keys: docs/tensor-conventions.md)."""
 
     def __init__(
         self,
@@ -189,7 +189,6 @@ class LMDataModule(RowsDataModule):
         self.config = validate_data_config(**options)
         self.save_hyperparameters(dataclasses.asdict(self.config))
         self.cache_dir = Path(os.path.expanduser(self.config.cache_dir)) if self.config.cache_dir else DEFAULT_CACHE_DIR
-        self._prepared: _Prepared | None = None
 
     # ------------------------------------------------------------------ the work
 
@@ -305,24 +304,6 @@ class LMDataModule(RowsDataModule):
     @property
     def corpus_fingerprint(self) -> str:
         return self._require_prepared().corpus_fingerprint
-
-    @property
-    def train_rows(self) -> PackedRows:
-        return self._require_prepared().train_rows
-
-    @property
-    def val_rows(self) -> PackedRows:
-        return self._require_prepared().val_rows
-
-    @property
-    def corpus_stats(self) -> dict:
-        """n_docs/n_bytes/n_tokens/n_rows per split, and the unigram entropy of the training tokens."""
-        return self._require_prepared().corpus_stats
-
-    def _require_prepared(self) -> _Prepared:
-        if self._prepared is None:
-            raise RuntimeError("LMDataModule: call setup() (or prepare()) before reading its data")
-        return self._prepared
 
 
 def _iter_texts(docs: datasets.Dataset | datasets.IterableDataset) -> Iterator[str]:

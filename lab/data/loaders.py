@@ -1,8 +1,9 @@
 """The DataLoaders every packed-rows DataModule shares: the resumable training order and DDP-exact validation.
 
-A subclass provides `config` (with `seed`, `batch_size`, `shuffle`, `num_workers`),
-`prepare()`, and `train_rows` / `val_rows` (map-style rows, or with `streaming` the
-`StreamingRows` of lab/data/streaming.py). Batches are dicts of [B, S] tensors (DESIGN.md §2).
+A subclass provides `config` (with `seed`, `batch_size`, `shuffle`, `num_workers`) and
+`prepare()`, which sets `self._prepared` to a record with `train_rows` / `val_rows` (map-style
+rows, or with `streaming` the `StreamingRows` of lab/data/streaming.py) and `corpus_stats`; the
+base serves them and refuses to before prepare(). Batches are dicts of [B, S] tensors (docs/tensor-conventions.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,32 @@ from lab.errors import require
 
 
 class RowsDataModule(pl.LightningDataModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self._prepared = None  # what the subclass's prepare() built: train_rows, val_rows, corpus_stats, …
+
+    # ------------------------------------------------------- results of prepare()
+
+    @property
+    def train_rows(self):
+        return self._require_prepared().train_rows
+
+    @property
+    def val_rows(self):
+        return self._require_prepared().val_rows
+
+    @property
+    def corpus_stats(self) -> dict:
+        """What the data set is made of (LM: n_docs/n_bytes/n_tokens/n_rows per split and the unigram entropy)."""
+        return self._require_prepared().corpus_stats
+
+    def _require_prepared(self):
+        if self._prepared is None:
+            raise RuntimeError(f"{type(self).__name__}: call setup() (or prepare()) before reading its data")
+        return self._prepared
+
+    # ------------------------------------------------------------ streaming, replaced rows
+
     @property
     def streaming(self) -> bool:
         return bool(getattr(self.config, "streaming", False))

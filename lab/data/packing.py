@@ -1,6 +1,6 @@
-"""Packing: tokenized documents → fixed-length rows with the DESIGN.md §2 columns.
+"""Packing: tokenized documents → fixed-length rows with the columns of docs/tensor-conventions.md.
 
-Rules (see DESIGN.md §2):
+Rules (also in docs/tensor-conventions.md):
 
 - Every document is followed by EOS, and the EOS belongs to the document it ends.
   No BOS is inserted: EOS already separates documents, attention never crosses them,

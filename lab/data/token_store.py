@@ -82,7 +82,7 @@ class TokenStream:
 
 
 class MappedRows(torch.utils.data.Dataset):
-    """Rows of `seq_len` tokens built on the fly; an item is a dict of four [S] tensors (DESIGN.md §2)."""
+    """Rows of `seq_len` tokens built on the fly; an item is a dict of four [S] tensors (docs/tensor-conventions.md)."""
 
     def __init__(self, stream: TokenStream, seq_len: int, pad_id: int, n_rows: int | None = None):
         self.stream = stream

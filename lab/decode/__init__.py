@@ -1,7 +1,7 @@
-"""Decoding (the inference half), DESIGN.md §10.
+"""Decoding, the inference half (docs/api.md, docs/decoding.md).
 
 Public API: `generate` (plain and speculative, with KV caches), `Generation`,
-`select_mtp_one` (the one-proposal exact selector of M7.6 §0x09).
+`select_mtp_one` (the one-proposal exact selector).
 """
 
 from lab.decode.acceptance import select_mtp_one

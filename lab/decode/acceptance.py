@@ -7,7 +7,7 @@ from the normalised positive part of p_i − q_i; when every draft passes, a bon
 drawn from the target at the row after the last draft. Either way the emitted tokens have
 exactly the law of plain decoding (Leviathan et al. 2023; Chen et al. 2023).
 
-`select_mtp_one` is the one-proposal selector of M7.6 §0x09 with its full contract on
+`select_mtp_one` is the one-proposal selector (docs/api.md) with its full contract on
 plain Python sequences (EOS and output budget included); `accept_tree` is the tensor
 version the decoder runs, for a chain of drafts or a tree of candidates (`select`: a chain).
 """

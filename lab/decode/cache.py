@@ -2,7 +2,7 @@
 
 The trunk, every head block stack and every DeepSeek draft step own separate K/V: the
 same token prefix gives different keys under different weights (and under the same
-weights fed different inputs), so caches are never shared (M7.6 §0x09A).
+weights fed different inputs), so caches are never shared (docs/decoding.md).
 
 A cache holds rows for positions 0 .. length-1 of one sequence (batch 1 in practice; the
 batched draft stack of independent heads keeps its heads on the batch axis).

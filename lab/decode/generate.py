@@ -1,6 +1,6 @@
 """`generate`: plain and speculative decoding of one sequence with KV caches.
 
-Both run the carried-frontier schedule of M7.6 §0x09. Prefill runs the prompt and picks
+Both run the carried-frontier schedule (docs/decoding.md). Prefill runs the prompt and picks
 the first new token f (the frontier: emitted, not yet in the target cache). Each round
 then proposes m drafts after f (m = 0 in plain decoding), runs one target pass over
 [f, drafts], accepts a prefix of the drafts exactly (lab.decode.acceptance), emits the
@@ -49,7 +49,7 @@ def generate(
     draws=None,
     ngram: PromptLookup | dict | None = None,
 ) -> Generation | list[Generation]:
-    """Continue `prompt` ([P] token ids) by up to `max_new_tokens` tokens (DESIGN.md §10).
+    """Continue `prompt` ([P] token ids) by up to `max_new_tokens` tokens (docs/api.md).
 
     `tree` (with `speculative`): widths per draft position (`[4, 3, 2]`) or root-to-leaf
     paths of candidate ranks (`[[0, 0], [0, 1], [1]]`). `draws`: the source of every random

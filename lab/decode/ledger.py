@@ -1,4 +1,4 @@
-"""The runtime ledger of speculative decoding (M7.6 §0x0A, M7.4 §0x09), from `Generation.stats`.
+"""The runtime ledger of speculative decoding (docs/decoding.md), from `Generation.stats`.
 
 Per round: R = tokens emitted (the incoming frontier is not counted again). Away from
 EOS/budget stops, a round with m drafts of which j pass emits R = j + 1, so
@@ -23,7 +23,7 @@ in a round when m ≥ j.
 Both means count the token each verification yields even where EOS or the output budget
 cut the round's output short (that is `mean_R`'s business, which leaves such rounds out).
 
-Path acceptance and its Fréchet bounds (M7.4 §0x08B). Over the *checked* rounds (every one
+Path acceptance and its Fréchet bounds (docs/decoding.md). Over the *checked* rounds (every one
 of the K−1 draft slots offered and inside the output), a_j is how often the rank-0 draft of
 position j equals the token emitted there, whatever happened at the other positions: the
 per-horizon correctness events. Without a model of their dependence,

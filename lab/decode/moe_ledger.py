@@ -1,4 +1,4 @@
-"""The runtime ledger of an MoE model's speculative decoding (M7.6 §0x0A1, §0x0E): which experts a round touches.
+"""The runtime ledger of an MoE model's speculative decoding (docs/moe.md): which experts a round touches.
 
 `MoELedger(model)` is entered around `generate(...)`. Through the router hooks of lab/model/moe.py (`RouterTap`) it
 records every router call and splits them into rounds: the trunk routers run once per target pass (the prefill, then

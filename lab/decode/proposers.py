@@ -4,7 +4,7 @@
   head k predicts the token k−1 places after the frontier (blockwise parallel decoding).
   Their rows come out of the same target pass that verifies (the heads' stacks keep
   their own caches, committed with the target's verified rows).
-- `DeepSeekChain`: the carried-frontier chain of M7.6 §0x09. Draft step s runs depth
+- `DeepSeekChain`: the carried-frontier chain (docs/decoding.md). Draft step s runs depth
   module s (module (s−1) mod D + 1 beyond D, the vLLM rule) at the last committed row,
   fed the previous step's state and the embedding of the latest token (frontier, then the
   previous draft). Each step owns a cache; its rows are final once every token they

@@ -1,4 +1,4 @@
-"""Draft trees (M7.4 §0x08B): topology, the typed proposal buffer, candidates (path statistics: lab.decode.ledger).
+"""Draft trees (docs/decoding.md): topology, the typed proposal buffer, candidates (path statistics: lab.decode.ledger).
 
 A tree is a set of root-to-leaf paths of candidate *ranks*: path (0, 2, 1) takes the best
 candidate at draft position 1, the third at position 2 and the second at position 3.
@@ -153,7 +153,7 @@ NGRAM_HORIZON = -1  # `horizons` entry of a node that prompt lookup proposed (no
 
 @dataclass
 class ProposalBuffer:
-    """One round's candidates (M7.4 §0x08B): what the target verifies and acceptance needs, nothing committed."""
+    """One round's candidates: what the target verifies and acceptance needs, nothing committed."""
 
     prefix_version: int  # committed target rows the proposal was made after
     shape: TreeShape

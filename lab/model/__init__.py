@@ -1,6 +1,6 @@
 """The network: trunk (trunk.py), heads (heads/), trunk + head (mtp.py), cost and FLOP counts.
 
-Public API (DESIGN.md §10): `build_model(model, head) -> MTPModel` from the same mappings as
+Public API (docs/api.md): `build_model(model, head) -> MTPModel` from the same mappings as
 the `model` and `head` config groups.
 """
 

@@ -1,4 +1,4 @@
-"""A Hugging Face causal LM in the trunk's place (`model=hf`, DESIGN.md §11).
+"""A Hugging Face causal LM in the trunk's place (`model=hf`, docs/pretrained-trunks.md).
 
 The transformers model is kept whole (`HFTrunk.hf`, its own Parameters and state keys); the
 adapter only says which of its parts play the trunk's roles: the input embedding and the

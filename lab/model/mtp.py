@@ -17,7 +17,7 @@ from lab.model.trunk import ModelConfig, Trunk
 from lab.schema import typed
 
 
-# Head blocks that take the place of trunk blocks, by `head.compute_match` (DESIGN.md §4).
+# Head blocks that take the place of trunk blocks, by `head.compute_match` (docs/heads.md).
 COMPUTE_MATCH_REMOVES = {
     # the paper's: trunk blocks + every head block (DeepSeek depth blocks too) = model.n_layers
     "blocks": lambda head, cfg: head.head_blocks(cfg),

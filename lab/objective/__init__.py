@@ -1,6 +1,6 @@
 """The MTP objective: reduction policies, loss-weight schedules, backward schedules.
 
-Public API (DESIGN.md §5): `POLICIES`, `coefficients`, `logit_bytes`.
+Public API (docs/api.md): `POLICIES`, `coefficients`, `logit_bytes`.
 """
 
 from lab.objective.backward import BACKWARD_SCHEDULES, HorizonStats, build_backward_schedule, evaluate_horizons

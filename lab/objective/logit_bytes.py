@@ -1,7 +1,7 @@
 """Logical size of the V-wide logits alive at once under each backward schedule.
 
 This is the bookkeeping number logged as `mem/logits_live_bytes`: rows of logits
-alive at the peak × vocabulary × bytes per element (DESIGN.md §5, §6).
+alive at the peak × vocabulary × bytes per element (docs/api.md, docs/architecture.md).
 """
 
 from __future__ import annotations

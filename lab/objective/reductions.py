@@ -2,7 +2,7 @@
 
 Each horizon k yields a loss sum S_k (token cross-entropies over its valid rows)
 and a count N_k. A policy maps the counts (and the loss weights λ) to one
-coefficient c_k per horizon; the loss is Σ_k c_k S_k (DESIGN.md §5).
+coefficient c_k per horizon; the loss is Σ_k c_k S_k (docs/api.md).
 
 Coefficients depend on counts alone, so they are exact under data parallelism
 once the counts are all-reduced. They carry no gradient: only S_k does.
@@ -141,7 +141,7 @@ def coefficients(
     *,
     fixed_denominator: float | Tensor | None = None,
 ) -> Tensor:
-    """Per-horizon coefficients c_k of `policy` (DESIGN.md §5), shape [K].
+    """Per-horizon coefficients c_k of `policy` (docs/api.md), shape [K].
 
     Computed in float64 (counts up to 2^53 are exact), then returned in the dtype
     of `lambdas` if it is a floating tensor, else float64; on the device of

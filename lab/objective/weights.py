@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -146,35 +146,39 @@ def _is_list_like(values: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class Geometric(WeightSchedule):
-    """λ_k = γ^(k-1): distant horizons are noisier, so they get geometrically less weight."""
+class _PowerDecay(WeightSchedule):
+    """λ_k = r^(k-1) for a ratio r > 0 that each subclass names after its source (its config option)."""
 
-    gamma: float = 0.5
+    ratio_option: ClassVar[str]
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "gamma", _positive(self.gamma, "weights.gamma"))
+        ratio = _positive(getattr(self, self.ratio_option), f"weights.{self.ratio_option}")
+        object.__setattr__(self, self.ratio_option, ratio)
 
     def lambdas(self, progress: Progress) -> Tensor:
-        return _vector([self.gamma ** (k - 1) for k in range(1, self.k + 1)])
+        ratio = getattr(self, self.ratio_option)
+        return _vector([ratio ** (k - 1) for k in range(1, self.k + 1)])
 
 
 @dataclass(frozen=True)
-class Medusa(WeightSchedule):
+class Geometric(_PowerDecay):
+    """λ_k = γ^(k-1): distant horizons are noisier, so they get geometrically less weight."""
+
+    ratio_option: ClassVar[str] = "gamma"
+    gamma: float = 0.5
+
+
+@dataclass(frozen=True)
+class Medusa(_PowerDecay):
     """Medusa weights its i-th extra head (i = 1, 2, …) by base^i, base = 0.8.
 
     That extra head predicts horizon k = i + 1, so λ_k = base^(k-1), and λ_1 = 1
     for the next-token head.
     """
 
+    ratio_option: ClassVar[str] = "base"
     base: float = 0.8
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "base", _positive(self.base, "weights.base"))
-
-    def lambdas(self, progress: Progress) -> Tensor:
-        return _vector([self.base ** (k - 1) for k in range(1, self.k + 1)])
 
 
 @dataclass(frozen=True)

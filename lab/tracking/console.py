@@ -65,7 +65,7 @@ def quiet_known_noise() -> None:
 @contextlib.contextmanager
 def quiet_csv_overwrite(previous_metrics_exist: bool, resuming: bool):
     """Inside: the CSV logger's 'will be deleted' warning is hidden unless it would delete an
-    earlier run's log. On resume the earlier rows are kept by lab/csv_history.py, so the
+    earlier run's log. On resume the earlier rows are kept by lab/tracking/csv_history.py, so the
     warning is wrong there too."""
     with warnings.catch_warnings():
         if resuming or not previous_metrics_exist:

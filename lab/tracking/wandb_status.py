@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def mark_wandb_run_failed(reason: str) -> None:
     """Called by a failing job before it closes its wandb run: `status`/`error` in the run summary
-    (what `lab.report.wandb_source.record_from_wandb` reads) and a non-zero exit code, so the run
+    (what `lab.report.records.record_from_wandb` reads) and a non-zero exit code, so the run
     shows as failed in wandb."""
     try:
         import wandb

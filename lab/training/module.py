@@ -66,7 +66,7 @@ class MTPLitModule(pl.LightningModule):
         if compiled:
             compile_units(self.model)
         self.router_balance = build_router_balance(self.model)  # None unless model.router is on (an MoE model)
-        self.matrix_parameters = matrix_parameters(self.model)  # before any FSDP wrapping (lab/optim.py)
+        self.matrix_parameters = matrix_parameters(self.model)  # before any FSDP wrapping (lab/training/optim.py)
         self.objective = Objective.build(reduction, weights, schedule, k=self.model.k, objective=objective)
         self.init_from: dict | None = None  # the parent's record when the weights came from `init_from` (manifest)
         self.optim = typed(OptimConfig, optim, "optim")

@@ -189,18 +189,17 @@ class _Prepared:
     train_rows: ExampleRows
     val_rows: ExampleRows
     val_examples: list[Example]
-    stats: dict
+    corpus_stats: dict
 
 
 class SyntheticDataModule(RowsDataModule):
-    """Batches of a synthetic task (the DESIGN.md §2 keys plus `target_mask`, and `input_tokens` when teacherless; each [B, S])."""
+    """Batches of a synthetic task (the batch keys of docs/tensor-conventions.md plus `target_mask`, and `input_tokens` when teacherless; each [B, S])."""
 
     def __init__(self, **options):
         super().__init__()
         self.config = validate_synthetic_config(**options)
         self.save_hyperparameters(self.config.as_dict())
         self.tokenizer = SymbolTokenizer(self.config.task.symbols())
-        self._prepared: _Prepared | None = None
 
     def prepare(self) -> None:
         if self._prepared is not None:
@@ -275,24 +274,7 @@ class SyntheticDataModule(RowsDataModule):
     def target_byte_lengths(self) -> None:
         return None  # symbols are not text: val/bits_per_token only, no val/bpb
 
-    @property
-    def train_rows(self) -> ExampleRows:
-        return self._require_prepared().train_rows
-
-    @property
-    def val_rows(self) -> ExampleRows:
-        return self._require_prepared().val_rows
-
-    @property
-    def corpus_stats(self) -> dict:
-        return self._require_prepared().stats
-
     def answer_examples(self) -> list[tuple[list[int], list[int]]]:
         """(prompt ids, answer ids) of the first `data.answer_examples` validation examples."""
         examples = self._require_prepared().val_examples[: self.config.answer_examples]
         return [(self.tokenizer.encode_symbols(e.prompt), self.tokenizer.encode_symbols(e.answer)) for e in examples]
-
-    def _require_prepared(self) -> _Prepared:
-        if self._prepared is None:
-            raise RuntimeError("SyntheticDataModule: call setup() (or prepare()) before reading its data")
-        return self._prepared

@@ -48,7 +48,7 @@ def is_baseline(name: str | None) -> bool:
 
 
 def teacher_forced(name: str | None) -> bool:
-    """Head `name`'s horizon k ≥ 2 metrics are teacher-forced (DESIGN §7)."""
+    """Head `name`'s horizon k ≥ 2 metrics are teacher-forced (docs/metrics.md)."""
     return name in HEADS and HEADS[name].teacher_forced_metrics
 
 

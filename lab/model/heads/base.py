@@ -178,7 +178,7 @@ class BlockStack(nn.Module):
 
 @dataclass(frozen=True)
 class NextTokenPath:
-    """What horizon 1 needs from a head, for a next-token-only release (lab/export.py).
+    """What horizon 1 needs from a head, for a next-token-only release (lab/checkpoint/export.py).
 
     `blocks`: head state-key prefixes of the transformer blocks horizon 1 runs right after
     the trunk, in order (each becomes one more trunk block of the release).
@@ -205,7 +205,7 @@ class MTPHead(nn.Module):
     sharding_units: tuple[type[nn.Module], ...] = (Block,)
     # What reports and figures need to know of an architecture (read through lab.model.heads, never by name):
     is_baseline: bool = False  # the plain next-token model every variant is compared with
-    teacher_forced_metrics: bool = False  # horizon k ≥ 2 metrics see the true tokens up to t+k−1 (DESIGN §7)
+    teacher_forced_metrics: bool = False  # horizon k ≥ 2 metrics see the true tokens up to t+k−1 (docs/metrics.md)
     # Head containers whose index i holds horizon i + offset (e.g. `projections.0` is horizon 1).
     horizon_containers: Mapping[str, int] = {"projections": 1}
 

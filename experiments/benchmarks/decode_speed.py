@@ -284,7 +284,12 @@ def main() -> None:
     if args.runs and args.trees:
         tree_report(args.runs, args.trees.split(";"), args.prompts, args.prompt_tokens, args.new_tokens)
     if args.peers:
-        peers(args.peers, args.heads, args.peer_tree, args.dtype, new_tokens, 1 if args.quick else args.spec_repeats)
+        repeats = 1 if args.quick else args.spec_repeats
+        if args.runs:  # the runs' trained heads on the same base (the folder gives the tokenizer)
+            for run_dir in args.runs:
+                peers_of_run(run_dir, args.peers, args.peer_tree, new_tokens, repeats)
+        else:
+            peers(args.peers, args.heads, args.peer_tree, args.dtype, new_tokens, repeats)
 
 
 def peers(folder: Path, heads: str, tree: str, dtype: str, new_tokens: int, repeats: int) -> None:
@@ -298,6 +303,18 @@ def peers(folder: Path, heads: str, tree: str, dtype: str, new_tokens: int, repe
     model = build_model({"name": "hf", "path": str(folder), "dtype": dtype}, head).eval()
     prompts = prompt_token_ids(AutoTokenizer.from_pretrained(folder), Path(__file__).resolve().parents[2])
     label = f"{folder.name} {dtype} + untrained {name} K={k}"
+    print_peers(peers_report(model, prompts, new_tokens, repeats, [int(w) for w in tree.split(",")] if tree else None, label), new_tokens, repeats)
+
+
+def peers_of_run(run_dir: Path, folder: Path, tree: str, new_tokens: int, repeats: int) -> None:
+    """`--peers FOLDER --runs RUN...`: a trained run's heads (and its trunk, in the run's dtype) against the same peers."""
+    from transformers import AutoTokenizer
+
+    from experiments.benchmarks.decode_peers import peers_report, print_peers, prompt_token_ids
+
+    model = load_for_generation(run_dir).model.eval()
+    prompts = prompt_token_ids(AutoTokenizer.from_pretrained(folder), Path(__file__).resolve().parents[2])
+    label = f"{run_dir.name} ({model.head_cfg.name} K={model.k}, {next(model.parameters()).dtype})"
     print_peers(peers_report(model, prompts, new_tokens, repeats, [int(w) for w in tree.split(",")] if tree else None, label), new_tokens, repeats)
 
 

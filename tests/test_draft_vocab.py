@@ -129,6 +129,10 @@ def test_greedy_speculative_equals_plain_and_drafts_stay_in_the_set(trunk, head)
         plain = generate(model, prompt, 12)
         spec = generate(model, prompt, 12, speculative=True)
         assert spec.tokens == plain.tokens
+    if trunk == "gpt" and head["name"] != "deepseek":  # batched requests: every horizon projected in one call
+        prompts = [torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(n)) for n in (3, 6)]
+        batched = generate(model, prompts, 12, speculative=True)
+        assert [b.tokens for b in batched] == [generate(model, p, 12).tokens for p in prompts]
     for k in range(2, model.k + 1):
         logits = model.horizon_logits(k, torch.randn(5, 8, dtype=torch.float64))  # [5, V]
         outside = torch.ones(V, dtype=torch.bool)

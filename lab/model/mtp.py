@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from lab.errors import require
-from lab.model import draft_vocab
+from lab.model.draft_vocab import check_draft_vocab, draft_logits, index_of, restrict_horizon
 from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class, head_config
 from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_native_block, check_tokenizer_fits
 from lab.model.moe import check_router_options, router_config, router_places
@@ -140,7 +140,7 @@ class MTPModel(nn.Module):
         """`draft_ids` [N]: the draft vocabulary's ids, a buffer so checkpoints carry them (None: full vocabulary).
         Placeholder −1s until `set_draft_ids` fills them from the training counts (or a checkpoint loads them)."""
         vocab = self.trunk.unembedding.shape[0]
-        draft_vocab.check_draft_vocab(n, vocab, self.k)
+        check_draft_vocab(n, vocab, self.k)
         self.register_buffer("draft_ids", None if n is None else torch.full((n,), -1, dtype=torch.long))
 
     def set_draft_ids(self, ids: torch.Tensor | None) -> None:
@@ -157,8 +157,8 @@ class MTPModel(nn.Module):
         """Horizons ≥ 2 over the draft vocabulary (horizon 1, the next-token path, keeps all V)."""
         if self.draft_ids is None:
             return horizons
-        table = draft_vocab.index_of(self.draft_ids, self.trunk.unembedding.shape[0])  # [V]
-        return [h if h.k == 1 else draft_vocab.restrict_horizon(h, self.draft_ids, table) for h in horizons]
+        table = index_of(self.draft_ids, self.trunk.unembedding.shape[0])  # [V]
+        return [h if h.k == 1 else restrict_horizon(h, self.draft_ids, table) for h in horizons]
 
     @property
     def has_hf_trunk(self) -> bool:
@@ -201,7 +201,7 @@ class MTPModel(nn.Module):
         """[..., d] rows of horizon k (before the final norm) -> [..., V] logits; a horizon ≥ 2 under a draft
         vocabulary projects on its N rows only and is −inf at every other id."""
         ids = None if k == 1 else self.draft_ids
-        return draft_vocab.draft_logits(self.trunk.final_norm(rows), self.head.projection(k, self.shared_parts()), ids)
+        return draft_logits(self.trunk.final_norm(rows), self.head.projection(k, self.shared_parts()), ids)
 
     @torch.no_grad()
     def next_token_logits(self, batch: dict) -> torch.Tensor:

@@ -16,7 +16,7 @@ not change the cost.
 from __future__ import annotations
 
 # common first: it sets OMP_WAIT_POLICY before torch loads OpenMP.
-from experiments.benchmarks.common import interleave, paired_ratio, table  # isort: skip
+from experiments.benchmarks.common import interleave, paired_ratio, table, verdict  # isort: skip
 
 import argparse
 import time
@@ -29,6 +29,8 @@ from lab.decode.proposers import IndependentHeads
 from lab.decode.target import CachedModel
 from lab.model.draft_vocab import most_frequent_ids, training_token_counts
 from lab.model.mtp import build_model
+
+GOAL = 0.5  # the smallest draft vocabulary's draft stage, as a share of the full vocabulary's
 
 
 def draft_stage(model, rows: torch.Tensor):
@@ -103,6 +105,9 @@ def main(argv=None) -> None:
         per_forward = r.median / (sum(forwards[name]) / len(forwards[name])) * 1e3
         out.append([name, s.ms(), paired_ratio(s, full_stage).describe(), f"{per_forward:.1f}", paired_ratio(r, full_round).describe()])
     print(table(["draft vocabulary", "draft stage ms [IQR]", "/ full", "decode ms per target forward", "decode / full"], out))
+    smallest = min(sizes)
+    ratio = paired_ratio(cpu[f"draft stage, N={smallest}"], full_stage).median
+    print(f"goal: draft stage at N={smallest} <= {GOAL} x full vocabulary (CPU time): {ratio:.3f} {verdict(ratio <= GOAL)}")
 
 
 if __name__ == "__main__":

@@ -142,7 +142,7 @@ def train_step(
         horizons = objective.training_targets(model(batch, live))
         # 2. Coefficients c_k from the valid counts (all-reduced for count_scope=global) and λ(progress).
         # [K] this rank's valid rows; a skipped horizon's come from its labels (Objective.skipped_masks)
-        rank_counts = local_counts(horizons, objective.skipped_masks(head, batch, horizons))
+        rank_counts = local_counts(horizons, objective.skipped_masks(head, batch, horizons, getattr(model, "draft_ids", None)))
         coeffs = objective.coefficients(rank_counts, batch["tokens"].numel(), progress)
         applied = coeffs.applied  # [K] float32: what this rank's backward multiplies each S_k by
         # 3. Probes read this step's graph before any backward; the meter does not count them.

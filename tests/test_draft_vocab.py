@@ -121,7 +121,8 @@ def test_every_backward_schedule_gives_the_joint_gradients_through_the_sliced_pr
 
 
 @pytest.mark.parametrize("trunk", ["gpt", "hf"])
-@pytest.mark.parametrize("head", [{"name": "parallel", "k": 3}, {"name": "deepseek", "depth": 2}, {"name": "medusa", "k": 3, "unembedding": "replicated"}])
+@pytest.mark.parametrize("head", [{"name": "parallel", "k": 3}, {"name": "deepseek", "depth": 2}, {"name": "medusa", "k": 3, "unembedding": "replicated"},
+                                  {"name": "identity", "k": 3}])
 def test_greedy_speculative_equals_plain_and_drafts_stay_in_the_set(trunk, head):
     model = tiny(head, trunk)
     for seed in range(3):
@@ -140,7 +141,20 @@ def test_greedy_speculative_equals_plain_and_drafts_stay_in_the_set(trunk, head)
         assert torch.isinf(logits[:, outside]).all() and torch.isfinite(logits[:, DRAFT_IDS]).all()
 
 
-LAW_CASES = [("gpt", {"name": "parallel", "k": 3}, None), ("gpt", {"name": "deepseek", "depth": 2}, None),
+def test_a_greedy_tree_never_takes_an_id_outside_the_set():
+    from lab.decode.sampling import TokenChooser
+    from lab.decode.tree import ranked_candidates
+
+    model = tiny({"name": "parallel", "k": 3})
+    logits = model.horizon_logits(2, torch.randn(2, 8, dtype=torch.float64))  # [2, V]: -inf outside the 3 ids
+    candidates, _ = ranked_candidates(logits, [5, 2], TokenChooser(0.0, None, None))
+    assert sorted(candidates[0]) == sorted(DRAFT_IDS.tolist())  # width 5 > N = 3: only the 3 ids
+    assert len(candidates[1]) == 2 and set(candidates[1]) <= set(DRAFT_IDS.tolist())
+    prompt = torch.tensor(PROMPT)
+    assert generate(model, prompt, 12, speculative=True, tree=[5, 2]).tokens == generate(model, prompt, 12).tokens
+
+
+LAW_CASES = [("gpt", {"name": "parallel", "k": 3}, None), ("gpt", {"name": "identity", "k": 3}, None), ("gpt", {"name": "deepseek", "depth": 2}, None),
              ("gpt", {"name": "linear", "k": 3}, [2, 2]), ("hf", {"name": "parallel", "k": 3}, None), ("hf", {"name": "linear", "k": 3}, [3, 1])]
 
 
@@ -253,8 +267,11 @@ def test_lab_train_with_a_draft_vocabulary_trains_decodes_and_logs_coverage(tmp_
     assert exit_info.value.code == 2 and "--draft-vocab: these heads were trained over a draft vocabulary of 40 ids" in capsys.readouterr().err
 
 
-def test_lab_train_refuses_a_bad_size_in_one_line_without_a_run_folder(tmp_path):
-    out = lab_train(*TINY, "head=parallel", "head.k=3", "head.draft_vocab=0", f"hydra.run.dir={tmp_path / 'run'}",
+@pytest.mark.parametrize("value, shown", [("0", "got 0"), ("100000", "(259), got 100000")])  # refused by the config check; by the model build
+def test_lab_train_refuses_a_bad_size_in_one_line_without_a_run_folder(value, shown, tmp_path):
+    out = lab_train(*TINY, "head=parallel", "head.k=3", f"head.draft_vocab={value}", f"hydra.run.dir={tmp_path / 'run'}",
                     cache_dir=tmp_path / "cache", cwd=tmp_path)
     assert out.returncode == 2 and not (tmp_path / "run").exists()
-    assert out.stderr.strip().splitlines()[-1].endswith("head.draft_vocab: must be null (the full vocabulary) or an integer 1 ≤ N ≤ the vocabulary size, got 0") and "Traceback" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: head.draft_vocab: must be null (the full vocabulary) or an integer 1 ≤ N ≤ the vocabulary size"), last
+    assert last.endswith(shown) and "Traceback" not in out.stderr

@@ -64,7 +64,10 @@ class IndependentHeads:
     def after_verify(self, target_pass: TargetPass, rows: list[int]) -> None:
         last = rows[-1]  # the last row the target commits
         if self.head.drafts_reuse_next_token_logits:
-            self.next_logits = target_pass.logits_at(last).expand(self.model.k - 1, -1)  # [K-1, V]
+            logits = target_pass.logits_at(last)  # [V]
+            if self.draft_ids is not None:  # a draft vocabulary holds for identity heads too (batched decoding projects them so)
+                logits = scatter_to_vocab(logits[self.draft_ids], self.draft_ids, self.vocab_size)  # [N] -> [V]
+            self.next_logits = logits.expand(self.model.k - 1, -1)  # [K-1, V]
             return
         start = time.perf_counter()
         if self.head.drafts_read_trunk_rows and len(rows) < target_pass.hidden.shape[0]:

@@ -39,12 +39,11 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     import pytorch_lightning as pl
 
     from lab.checkpoint import build_manifest
-    from lab.data import build_datamodule
+    from lab.training.run_data import run_datamodule
     from lab.model.cost import cost_table, format_cost_table
     from lab.training.module import MTPLitModule
 
-    from lab.data import TASKS
-    from lab.model.hf_trunk import tokenizer_options
+    from lab.model.draft_vocab import choose_draft_vocab
     from lab.model.mtp import check_vocabulary, fill_vocab_size
 
     check_config(cfg)
@@ -52,11 +51,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     quiet_dataset_progress(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     settle_model_dtype(model_cfg, record)
-    # model=hf: the model's own tokenizer on whatever data source
-    data_options = OmegaConf.to_container(cfg.data, resolve=True)
-    if data_options.get("source") not in TASKS:  # synthetic tasks keep their symbol tokenizer
-        data_options.update(tokenizer_options(model_cfg))
-    datamodule = build_datamodule(data_options)
+    datamodule = run_datamodule(OmegaConf.to_container(cfg.data, resolve=True), model_cfg)  # model=hf: the model's own tokenizer
     fill_vocab_size(model_cfg, datamodule.vocab_size)
     module = MTPLitModule(
         model=model_cfg,
@@ -74,6 +69,9 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         from lab.checkpoint.init_from import load_parent_weights
 
         module.init_from = load_parent_weights(module.model, str(cfg.init_from), datamodule.tokenizer_identity)
+    draft_vocab = choose_draft_vocab(module.model, datamodule.train_rows)  # head.draft_vocab: this run's own training counts
+    if record is not None and draft_vocab is not None:
+        record.update(draft_vocab=draft_vocab)
     if cfg.get("hidden_cache"):  # after init_from: the cache holds the states of the weights that train
         from lab.training.hidden_cache import train_from_hidden_cache
 

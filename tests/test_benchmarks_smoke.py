@@ -31,6 +31,8 @@ EXPECTED = {
     "decode_round_ops": ["aten ops per round", "speculative round", "goal: greedy proposal + acceptance <= 5 ops per round"],
     "gpu_throughput": ["tokens/s", "MFU", "paired vs ntp", "goal: parallel K=4 FLOP throughput >= 0.9 x ntp (eager)"],
     "hidden_cache": ["cached / live (paired, CPU time)", "where the cached step's time goes", "goal: cached step <= 0.5 x live frozen step"],
+    "hidden_cache_draft_vocab": ["draft vocabulary N = 512", "cached / live (paired, CPU time)", "goal: cached step <= 0.5 x live frozen step"],
+    "draft_vocab": ["draft stage ms [IQR]", "decode / full", "goal: draft stage at N=512 <= 0.5 x full vocabulary"],
 }
 # Goal lines (a text each contains) whose verdict does not depend on timing: they must say PASS.
 STRUCTURAL = {
@@ -42,8 +44,9 @@ STRUCTURAL = {
 # Extra arguments of a --quick run: gpu_throughput's compiled variants take minutes to compile on CPU
 # (model.compile itself is tested in tests/test_compile.py); a peak so that MFU is printed on CPU.
 EXTRA_ARGS = {"gpu_throughput": ["--no-compile", "--peak", "1e11"], "decode_speed": ["--batch", "1,2", "--prompts", "2", "--prompt-tokens", "8"],
-              "logit_memory_pretrained": ["--pretrained"]}
-MODULES = {"logit_memory_pretrained": "logit_memory"}  # a second --quick run of one script, with EXTRA_ARGS
+              "logit_memory_pretrained": ["--pretrained"], "hidden_cache_draft_vocab": ["--draft-vocab", "512"],
+              "draft_vocab": ["--sizes", "512", "--repeats", "2", "--tokens", "8"]}
+MODULES = {"logit_memory_pretrained": "logit_memory", "hidden_cache_draft_vocab": "hidden_cache"}  # a second --quick run of one script, with EXTRA_ARGS
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

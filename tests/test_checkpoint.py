@@ -100,16 +100,21 @@ def test_checkpoint_carries_a_weights_only_manifest(k4_run):
 
 
 def test_manifest_from_before_offsets_and_targets_still_resumes(k4_run, cache_dir):
-    """A checkpoint written before head.offsets / objective.target existed trained offsets 1..K on data targets."""
+    """A checkpoint written before head.offsets / objective.target / head.draft_vocab existed trained offsets 1..K on data
+    targets over the full vocabulary."""
     path, module, datamodule = k4_run
     manifest = torch.load(path, weights_only=True)["mtp_manifest"]
-    del manifest["offsets"], manifest["target"], manifest["head_config"]["offsets"]
+    del manifest["offsets"], manifest["target"], manifest["head_config"]["offsets"], manifest["head_config"]["draft_vocab"]
 
     compare_manifests(manifest, build_manifest(module, datamodule))  # accepted as what it trained
     leap, _ = expected_for(*K4, "head.offsets=[1,2,3,5]", cache_dir=cache_dir)
     with pytest.raises(ConfigError) as excinfo:
         compare_manifests(manifest, leap)  # ... and still refused for what it did not
     assert "offsets differs" in one_line_error(excinfo)
+    restricted, _ = expected_for(*K4, "head.draft_vocab=20", cache_dir=cache_dir)
+    with pytest.raises(ConfigError) as excinfo:
+        compare_manifests(manifest, restricted)  # written before draft vocabularies: it trained on the full one
+    assert "head.draft_vocab differs: checkpoint has None, config has 20" in one_line_error(excinfo)
 
 
 def test_k4_checkpoint_with_k2_config_is_refused_by_the_cli(k4_run, tmp_path, cache_dir):

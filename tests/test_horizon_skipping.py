@@ -34,7 +34,15 @@ HEADS = {
     "linear": dict(name="linear", k=3),
     "deepseek": dict(name="deepseek", k=3, depth=2),
     "parallel_leaps": dict(name="parallel", k=3, offsets=[1, 2, 4]),
+    "parallel_draft_vocab": dict(name="parallel", k=3, draft_vocab=12),  # skipped horizons count only targets in the set
 }
+
+
+def model_of(head: str):
+    model = build_model(**HEADS[head])
+    if model.draft_ids is not None:
+        model.set_draft_ids(torch.arange(0, 2 * model.draft_ids.numel(), 2))  # the even ids
+    return model
 
 
 class CapturedGradients:
@@ -70,7 +78,7 @@ def test_skipped_horizons_equal_lambda_zero(head, schedule, step_index, live):
     check_skipped_equals_lambda_zero(head, schedule, step_index, live, "data")
 
 
-@pytest.mark.parametrize("head", ["parallel", "deepseek", "parallel_leaps"])
+@pytest.mark.parametrize("head", ["parallel", "deepseek", "parallel_leaps", "parallel_draft_vocab"])
 def test_skipped_horizons_equal_lambda_zero_under_distillation(head):
     """A distilled horizon's rows also need a teacher row: skipped counts follow the same rule."""
     check_skipped_equals_lambda_zero(head, "sequential", 5, 2, "distill")
@@ -83,8 +91,8 @@ def check_skipped_equals_lambda_zero(head, schedule, step_index, live, target):
     lambdas = phased.weight_schedule.lambdas(progress).tolist()
     assert lambdas[live:] == [0.0] * (3 - live)
     zero = objective({"name": "uniform", "lambdas": lambdas}, schedule, target=target)  # same λ, every horizon computed
-    skipped, g_skipped = step(build_model(**HEADS[head]), phased, step_index)
-    full, g_full = step(build_model(**HEADS[head]), zero, step_index)
+    skipped, g_skipped = step(model_of(head), phased, step_index)
+    full, g_full = step(model_of(head), zero, step_index)
     assert skipped.active_horizons == live and full.active_horizons == 3
     torch.testing.assert_close(skipped.loss, full.loss, rtol=1e-6, atol=0)
     assert torch.equal(skipped.counts, full.counts) and skipped.counts.shape == (3,)  # skipped counts from the labels

@@ -12,6 +12,13 @@ projections + losses + their backward (the schedule's run) as a share of the sam
     python -m experiments.benchmarks.hidden_cache                        # tiny Llama, V=49152 (~2 min)
     python -m experiments.benchmarks.hidden_cache --model /path/to/hf    # a local HF model folder
     python -m experiments.benchmarks.hidden_cache --quick                # seconds-long smoke run
+    python -m experiments.benchmarks.hidden_cache --model PATH --draft-vocab 4096   # heads over a draft vocabulary
+
+With `--draft-vocab N` (head.draft_vocab) live and cached steps run the same model with the same N ids. The
+rows are then real text so that the share of targets the set covers is realistic: Python standard-library
+modules tokenized by the model's own tokenizer (`--model`), packed into rows of S tokens; the N ids are the
+most frequent over `--count-files` modules (the timed rows among them). Without `--model` (no tokenizer)
+the tokens are drawn from a Zipf law (rank r ∝ 1/r over a fixed permutation of the ids).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import torch
 from torch.utils.data import default_collate
 
 from experiments.benchmarks.mtp_overhead import random_batches
+from lab.model.draft_vocab import most_frequent_ids, training_token_counts
 from lab.model.mtp import build_model
 from lab.objective.objective import Objective
 from lab.objective.weights import Progress
@@ -42,9 +50,12 @@ GOAL = 0.5  # a cached step costs at most this share of a live frozen step
 class Bench:
     """One frozen-trunk model, its AdamW and objective; rows as a list (live) and as a cache entry (cached)."""
 
-    def __init__(self, model_cfg: dict, head: str, target: str, rows: list[dict], batch: int, cache_root: str):
+    def __init__(self, model_cfg: dict, head: str, target: str, rows: list[dict], batch: int, cache_root: str,
+                 draft_ids: torch.Tensor | None = None):
         torch.manual_seed(0)
-        self.model = build_model(model_cfg, {**HEADS[head], "trunk_grad": "frozen"})
+        draft = None if draft_ids is None else draft_ids.numel()
+        self.model = build_model(model_cfg, {**HEADS[head], "trunk_grad": "frozen", "draft_vocab": draft})
+        self.model.set_draft_ids(draft_ids)
         self.objective = Objective.build({"policy": "head_mean"}, {"name": "uniform"}, {"name": "sequential"}, k=self.model.k,
                                          objective={"target": target})
         trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -102,6 +113,8 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--draft-vocab", type=int, default=None, help="head.draft_vocab: horizons >= 2 over the N most frequent ids")
+    parser.add_argument("--count-files", type=int, default=400, help="standard-library modules the draft ids are counted over")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     repeats = args.repeats or (2 if args.quick else 8)
@@ -109,10 +122,10 @@ def main(argv=None) -> None:
     llama = {**TINY_LLAMA, "num_hidden_layers": 2, "vocab_size": 4096} if args.quick else TINY_LLAMA
     model_cfg = {"name": "hf", "dtype": args.dtype, **({"path": args.model} if args.model else {"config": llama})}
     vocab = llama["vocab_size"] if not args.model else build_model(model_cfg, {"name": "ntp"}).trunk.cfg.vocab_size
-    rows = [{name: value[0] for name, value in batch.items()} for batch in random_batches(vocab, 1, args.seq, args.batch * 4)]
+    rows, draft_ids, note = benchmark_rows(args, vocab)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as root:
-        bench = Bench(model_cfg, args.head, args.target, rows, args.batch, root)
+        bench = Bench(model_cfg, args.head, args.target, rows, args.batch, root, draft_ids)
         built = time.perf_counter() - start
         variants = {"live frozen step": bench.live, "cached step": bench.cached_step, "trunk forward only": bench.trunk,
                     "cache read + collate": bench.read_cached}
@@ -124,6 +137,7 @@ def main(argv=None) -> None:
           f"{args.model or f'a tiny Llama config (d {cfg.d_model}, {cfg.n_layers} layers)'}, V={cfg.vocab_size}, {args.dtype}; "
           f"B x S = {args.batch}x{args.seq}; {torch.get_num_threads()} thread(s); {repeats} interleaved repeats after {warmup} warm-up; "
           f"cache of {len(rows)} rows built in {bench.record['seconds']:.1f} s ({bench.record['bytes'] / 2**20:.1f} MiB); setup {built:.1f} s")
+    print(note)
     live = cpu["live frozen step"]
     rows_out = [[name, timing.ms(), f"{timing.median / live.median:.3f}"] for name, timing in cpu.items()]
     print(table(["per-thread CPU time", "ms median [IQR]", "/ live step"], rows_out))
@@ -135,6 +149,52 @@ def main(argv=None) -> None:
     print(f"where the cached step's time goes (paired within each step): vocabulary projections + losses + their backward "
           f"{shares.median:.0%} [{q1:.0%}–{q3:.0%}], heads' own layers + optimizer + the rest {1 - shares.median:.0%}")
     print(f"goal: cached step <= {GOAL} x live frozen step (CPU time): {ratio.median:.3f} {verdict(ratio.median <= GOAL)}")
+
+
+def benchmark_rows(args, vocab: int) -> tuple[list[dict], torch.Tensor | None, str]:
+    """(the B·4 timed rows, the draft ids or None, a line saying what they are)."""
+    n_rows = args.batch * 4
+    if args.draft_vocab is None:
+        rows = [{name: value[0] for name, value in batch.items()} for batch in random_batches(vocab, 1, args.seq, n_rows)]
+        return rows, None, "rows: uniform random tokens; full vocabulary"
+    if args.model:
+        rows, what = stdlib_rows(args.model, args.seq, args.count_files)
+    else:
+        rows, what = zipf_rows(vocab, args.seq, n_rows * 8), "Zipf-distributed random tokens"
+    ids = most_frequent_ids(training_token_counts(rows, vocab), args.draft_vocab)
+    timed = rows[:n_rows]
+    counts = training_token_counts(timed, vocab)
+    coverage = float(counts[ids].sum()) / float(counts.sum())
+    return timed, ids, (f"rows: {what}; draft vocabulary N = {ids.numel()} most frequent over {len(rows)} rows, "
+                        f"covering {coverage:.1%} of the timed rows' tokens")
+
+
+def stdlib_rows(model_path: str, seq: int, n_files: int) -> tuple[list[dict], str]:
+    """Python standard-library modules (sorted by path) tokenized by the model's tokenizer, packed into rows of `seq`."""
+    import sysconfig
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:n_files]
+    stream = [t for f in files for t in tokenizer(f.read_text(errors="replace"))["input_ids"] + [tokenizer.eos_token_id]]
+    packed = torch.tensor(stream[: len(stream) // seq * seq]).view(-1, seq)  # [R, S]
+    return [packed_row(tokens) for tokens in packed], f"{len(files)} standard-library modules ({len(stream)} tokens)"
+
+
+def zipf_rows(vocab: int, seq: int, n_rows: int) -> list[dict]:
+    generator = torch.Generator().manual_seed(0)
+    law = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64)  # [V] rank r ∝ 1/r
+    ids = torch.randperm(vocab, generator=generator)  # rank -> id
+    tokens = ids[torch.multinomial(law, n_rows * seq, replacement=True, generator=generator)].view(n_rows, seq)  # [R, S]
+    return [packed_row(row) for row in tokens]
+
+
+def packed_row(tokens: torch.Tensor) -> dict:
+    seq = tokens.numel()
+    return {"tokens": tokens, "active": torch.ones(seq, dtype=torch.bool), "segment_ids": torch.zeros(seq, dtype=torch.long),
+            "position_ids": torch.arange(seq)}
 
 
 if __name__ == "__main__":

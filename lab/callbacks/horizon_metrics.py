@@ -1,4 +1,5 @@
-"""Per-horizon loss, accuracy, counts, weights (train) and loss, accuracy, bits, chain acceptance (val).
+"""Per-horizon loss, accuracy, counts, weights (train) and loss, accuracy, bits, chain acceptance (val);
+under a draft vocabulary (head.draft_vocab), the share of each horizon ≥ 2's targets it covers (both).
 
 Bits, over the horizon-1 (next-token) predictions of the validation set, every valid
 target included (EOS too: the model must predict where a document ends):
@@ -76,6 +77,9 @@ class HorizonMetrics(pl.Callback):
             metrics[f"train/loss/h{k}"] = step.loss_sums[i] / counts[i].clamp_min(1) if skipped is None else skipped
             if step.correct is not None:
                 metrics[f"train/acc/h{k}"] = step.correct[i] / counts[i].clamp_min(1) if skipped is None else skipped
+        if step.draft_coverage is not None:  # head.draft_vocab: share of each horizon's targets inside the draft vocabulary
+            for k, (covered, total) in enumerate(step.draft_coverage, start=2):
+                metrics[f"train/draft_vocab_coverage/h{k}"] = ratio(covered, total)
         pl_module.log_dict({name: value.float() for name, value in metrics.items()}, on_step=True, on_epoch=False, batch_size=1)
 
     def on_validation_epoch_start(self, trainer, pl_module):
@@ -93,6 +97,9 @@ class HorizonMetrics(pl.Callback):
             "accepted": accepted,
             "prefix_ok": prefix_ok,
         }
+        coverage = [h.draft_coverage for h in outputs["horizons"][1:] if h.draft_coverage is not None]
+        if coverage:
+            update["draft_coverage"] = torch.stack(coverage).double()  # [K-1, 2]
         if self._target_bytes is not None:
             first = outputs["horizons"][0]
             targets = first.labels[first.mask]  # [N_1] the next-token targets that count
@@ -116,4 +123,6 @@ class HorizonMetrics(pl.Callback):
             metrics[f"val/acc/h{k}"] = accuracy[k - 1]
             metrics[f"val/count/h{k}"] = total["counts"][k - 1]
             metrics[f"val/chain_acc/h{k}"] = chain[k - 1]
+        for k, (covered, total_targets) in enumerate(total.get("draft_coverage", []), start=2):
+            metrics[f"val/draft_vocab_coverage/h{k}"] = ratio(covered, total_targets)
         pl_module.log_dict({name: value.float() for name, value in metrics.items()}, on_epoch=True, sync_dist=False, batch_size=1)

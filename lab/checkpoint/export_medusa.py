@@ -117,7 +117,8 @@ def load_medusa(folder: str | Path):
     pointer = config["base_model"]
     base_path = folder / pointer["path"] if not Path(pointer["path"]).is_absolute() else Path(pointer["path"])
     head = {**lab["head"], "name": "medusa", "k": config["num_heads"] + 1, "n_layers": config["num_hidden_layers"],
-            "unembedding": "shared" if config["original_lm_head"] else "replicated", "trunk_grad": "frozen"}
+            "unembedding": "shared" if config["original_lm_head"] else "replicated", "trunk_grad": "frozen",
+            "draft_vocab": None}  # the layout holds no draft ids: its heads draft over the full vocabulary
     model = build_model({"name": "hf", "path": str(base_path), "dtype": lab.get("dtype", "float32"),
                          "attn_implementation": lab.get("attn_implementation", "sdpa")}, head)
     built = model.trunk.base_identity

@@ -124,6 +124,7 @@ def load_parent_weights(model, source: str, tokenizer: dict | None = None) -> di
     """Copy the parent's weights into `model` in place; returns the manifest's `init_from` record."""
     kind, path = parent_files(source)
     state, *parent = parent_weights(kind, path, model)
+    state.pop("draft_ids", None)  # a draft vocabulary is chosen from the child's own training data (head.draft_vocab)
     check_parent_fits(state, tuple(parent), model, None if tokenizer is None or not parent[1] else plain(tokenizer))
     model.load_state_dict(state, strict=False)
     if not any(key.startswith("head.") for key in state):

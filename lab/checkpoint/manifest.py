@@ -186,6 +186,8 @@ def with_later_defaults(saved: dict) -> dict:
         saved["head_config"] = {**saved["head_config"], "offsets": None}
     if isinstance(saved.get("head_config"), dict) and "lora" not in saved["head_config"]:
         saved["head_config"] = {**saved["head_config"], "lora": None}
+    if isinstance(saved.get("head_config"), dict) and "draft_vocab" not in saved["head_config"]:
+        saved["head_config"] = {**saved["head_config"], "draft_vocab": None}  # written before draft vocabularies: the full one
     saved.setdefault("base", None)  # written before pretrained trunks existed: the harness's own GPT
     saved.setdefault("target", {"target": "data", "mix_alpha": 0.5})
     if isinstance(saved["target"], dict) and "teacherless" not in saved["target"]:

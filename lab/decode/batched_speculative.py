@@ -24,6 +24,7 @@ from lab.decode.batched import BatchedCaches, batched_rows, left_padded
 from lab.decode.ledger import acceptance_conventions, record_round, settle_paths
 from lab.decode.sampling import TokenChooser
 from lab.errors import ConfigError
+from lab.model.draft_vocab import scatter_to_vocab
 
 
 def check_batched_speculative(model, draft_steps: int | None) -> int:
@@ -37,10 +38,32 @@ def check_batched_speculative(model, draft_steps: int | None) -> int:
     return model.k - 1 if draft_steps is None else min(draft_steps, model.k - 1)
 
 
-def draft_logits_at(model, horizons: list[torch.Tensor], slot: torch.Tensor) -> torch.Tensor:
-    """Horizons 2..K's logits at each row's slot: horizons K × [B, n, d], slot [B] -> [B, K-1, V]."""
+def draft_logits_at(project, horizons: list[torch.Tensor], slot: torch.Tensor) -> torch.Tensor:
+    """Horizons 2..K's logits at each row's slot: horizons K × [B, n, d], slot [B] -> [B, K-1, V];
+    `project` is the request's `draft_projection`."""
     rows = torch.arange(slot.shape[0], device=slot.device)  # [B]
-    return torch.stack([model.horizon_logits(k, h[rows, slot]) for k, h in enumerate(horizons[1:], start=2)], dim=1)  # [B, K-1, V]
+    draft_rows = torch.stack([h[rows, slot] for h in horizons[1:]])  # [K-1, B, d]
+    return project(draft_rows).transpose(0, 1)  # [B, K-1, V]
+
+
+def draft_projection(model):
+    """f([K-1, B, d] rows of horizons 2..K) -> [K-1, B, V] logits, every horizon in one projection call
+    (one matmul on a shared unembedding, one bmm on replicated ones; the draft vocabulary's rows only when set).
+    The weights are stacked (and sliced) once, when the batch starts."""
+    shared, ids = model.shared_parts(), model.draft_ids
+    vocab = shared.unembedding.shape[0]
+    same = all(model.head.projection(k, shared) is shared.unembedding for k in range(2, model.k + 1))
+    with torch.no_grad():
+        weights = torch.stack([model.head.projection(k, shared) for k in range(2, 3 if same else model.k + 1)])  # [1 or K-1, V, d]
+        if ids is not None:
+            weights = weights[:, ids]  # [1 or K-1, N, d]
+
+    def project(rows: torch.Tensor) -> torch.Tensor:
+        normed = model.trunk.final_norm(rows)  # [K-1, B, d]
+        logits = normed @ weights[0].T if same else torch.bmm(normed, weights.transpose(1, 2))  # [K-1, B, V or N]
+        return logits if ids is None else scatter_to_vocab(logits, ids, vocab)  # [K-1, B, V]
+
+    return project
 
 
 class RowStats:
@@ -69,6 +92,7 @@ def speculative_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choos
     device = next(model.parameters()).device
     ids, prompt_valid = left_padded(rows, device)  # [B, P] each
     caches = BatchedCaches(model, len(rows), device)
+    project = draft_projection(model)
     outputs: list[list[int]] = [[] for _ in rows]
     counters = [RowStats(max_drafts) for _ in rows]
     done = lambda out: len(out) == max_new_tokens or (bool(out) and out[-1] == eos)  # noqa: E731
@@ -79,13 +103,13 @@ def speculative_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choos
         caches.advance(prompt_valid)
         last = torch.full((len(rows),), ids.shape[1] - 1, device=device)  # [B]: left padding puts every prompt's end last
         target = model.horizon_logits(1, horizons[0][:, -1])  # [B, V]
-        drafting = draft_logits_at(model, horizons, last)  # [B, K-1, V]
+        drafting = draft_logits_at(project, horizons, last)  # [B, K-1, V]
         for b, out in enumerate(outputs):
             out.append(choosers[b].choose(target[b])[0])
         prefill_s = time.perf_counter() - begin
         while not all(done(out) for out in outputs):
             start = time.perf_counter()
-            drafting = one_round(model, caches, outputs, drafting, choosers, counters, max_drafts, max_new_tokens, eos, done)
+            drafting = one_round(model, project, caches, outputs, drafting, choosers, counters, max_drafts, max_new_tokens, eos, done)
             verify_s += time.perf_counter() - start
     elapsed = time.perf_counter() - begin
     batch_tokens = sum(map(len, outputs))
@@ -104,7 +128,7 @@ def speculative_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choos
     return results
 
 
-def one_round(model, caches, outputs, drafting, choosers, counters, max_drafts, max_new_tokens, eos, done) -> torch.Tensor:
+def one_round(model, project, caches, outputs, drafting, choosers, counters, max_drafts, max_new_tokens, eos, done) -> torch.Tensor:
     """Draft, verify every row in one pass, accept per row, keep the verified slots; returns the next draft logits [B, K-1, V]."""
     device = drafting.device
     counts = [0 if done(out) else min(max_drafts, max_new_tokens - len(out)) for out in outputs]  # drafts per row
@@ -132,4 +156,4 @@ def one_round(model, caches, outputs, drafting, choosers, counters, max_drafts, 
         counters[b].round(counts[b], accepted[b], len(new), len(new) == remaining or new[-1] == eos)
     kept = torch.tensor(accepted, device=device)  # [B] drafts kept after each row's frontier
     caches.advance(torch.arange(width + 1, device=device)[None] <= kept[:, None])  # [B, 1+m]: frontier + accepted drafts
-    return draft_logits_at(model, horizons, kept)  # [B, K-1, V] at each row's last kept slot
+    return draft_logits_at(project, horizons, kept)  # [B, K-1, V] at each row's last kept slot

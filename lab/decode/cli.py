@@ -19,7 +19,7 @@ from lab.decode.loading import load_for_generation
 from lab.decode.moe_ledger import MoELedger
 from lab.decode.moe_ledger import ledger_line as moe_ledger_line
 from lab.decode.ngram import DEFAULT_MAX_DRAFT, PromptLookup
-from lab.errors import ConfigError
+from lab.errors import ConfigError, require
 
 
 def read_prompt(args) -> str:
@@ -102,10 +102,15 @@ def run(args) -> None:
     if args.max_new_tokens < 0:
         raise ConfigError("--max-new-tokens", f"must be ≥ 0, got {args.max_new_tokens}")
     tree = parse_tree(args.tree, args.speculative)
+    require(args.draft_vocab is None or args.speculative, "--draft-vocab", "restricts what the heads draft: add --speculative")
     ngram = parse_ngram(args)
     text = read_prompt(args)
     loaded = load_for_generation(args.model)
     check_ngram_context(ngram, loaded.context)
+    if args.draft_vocab is not None:
+        from lab.decode.draft_vocab_source import apply_draft_vocab
+
+        apply_draft_vocab(loaded.model, args.model, args.draft_vocab)
     if args.speculative and loaded.proposer_refusal and ngram is None:  # prompt lookup needs no heads
         raise ConfigError("--speculative", loaded.proposer_refusal)
     ids = loaded.tokenizer.encode(text)
@@ -149,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ngram", default=None, help="with --speculative: prompt lookup drafts, n-gram lengths tried longest first (e.g. 3,2,1)")
     parser.add_argument("--ngram-draft", type=int, default=None, help=f"prompt lookup: draft tokens per round at most (default {DEFAULT_MAX_DRAFT})")
     parser.add_argument("--ngram-only", action="store_true", help="prompt lookup alone, without the model's draft heads")
+    parser.add_argument("--draft-vocab", type=int, default=None,
+                        help="with --speculative: draft over the N most frequent tokens of the run's training data (verification keeps every id)")
     parser.add_argument("--max-context", action="store_true", help="refuse (instead of warning) when prompt + new tokens exceed the trained data.seq_len")
     args = parser.parse_args(argv)
     try:

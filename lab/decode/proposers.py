@@ -25,13 +25,13 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.nn.functional as F
 
 from lab.decode.ngram import HeadsWithNgram, NgramProposer, PromptLookup
 from lab.decode.sampling import TokenChooser
 from lab.decode.target import CachedModel, TargetPass
 from lab.decode.tree import ProposalBuffer, TreeShape, build_buffer, ranked_candidates
 from lab.errors import ConfigError, require
+from lab.model.draft_vocab import draft_logits, scatter_to_vocab
 
 
 class IndependentHeads:
@@ -42,10 +42,13 @@ class IndependentHeads:
         self.max_drafts = heads if draft_steps is None else draft_steps
         self.tree = tree
         self.drafter = self.head.decode_drafter()  # one batched forward of the draft stacks (built once per request)
-        self.projections = None  # [K-1, V, d] replicated draft projections, stacked for one bmm
+        self.projections = None  # [K-1, V, d] replicated draft projections ([K-1, N, d] under a draft vocabulary), one bmm
         if self.head.projections is not None:  # each head says which projection serves horizon k (medusa keeps the trunk's for k = 1)
             shared = self.model.shared_parts()
             self.projections = torch.stack([self.head.projection(k, shared).detach() for k in range(2, self.model.k + 1)])
+        self.draft_ids, self.vocab_size = self.model.draft_ids, self.model.trunk.unembedding.shape[0]  # [N] or None: all V
+        if self.projections is not None and self.draft_ids is not None:
+            self.projections = self.projections[:, self.draft_ids]  # [K-1, N, d]: sliced once per request, not per round
         self.next_logits: torch.Tensor | None = None  # [K-1, V] horizons 2..K at the last committed row
         self.identity, self.vocab = head_identity(self.model), vocab_identity(self.model)
         self.draft_blocks_s = 0.0
@@ -54,13 +57,17 @@ class IndependentHeads:
         """[G, d] draft rows at one position -> [K-1, V] logits, every horizon in one projection call."""
         normed = self.model.trunk.final_norm(rows)  # [G, d]
         if self.projections is None:
-            return F.linear(normed, self.model.trunk.unembedding).expand(self.model.k - 1, -1)  # [K-1, V]
-        return torch.bmm(self.projections, normed.expand(self.model.k - 1, -1)[..., None])[..., 0]  # [K-1, V]
+            return draft_logits(normed, self.model.trunk.unembedding, self.draft_ids).expand(self.model.k - 1, -1)  # [K-1, V]
+        logits = torch.bmm(self.projections, normed.expand(self.model.k - 1, -1)[..., None])[..., 0]  # [K-1, V or N]
+        return logits if self.draft_ids is None else scatter_to_vocab(logits, self.draft_ids, self.vocab_size)  # [K-1, V]
 
     def after_verify(self, target_pass: TargetPass, rows: list[int]) -> None:
         last = rows[-1]  # the last row the target commits
         if self.head.drafts_reuse_next_token_logits:
-            self.next_logits = target_pass.logits_at(last).expand(self.model.k - 1, -1)  # [K-1, V]
+            logits = target_pass.logits_at(last)  # [V]
+            if self.draft_ids is not None:  # a draft vocabulary holds for identity heads too (batched decoding projects them so)
+                logits = scatter_to_vocab(logits[self.draft_ids], self.draft_ids, self.vocab_size)  # [N] -> [V]
+            self.next_logits = logits.expand(self.model.k - 1, -1)  # [K-1, V]
             return
         start = time.perf_counter()
         if self.head.drafts_read_trunk_rows and len(rows) < target_pass.hidden.shape[0]:

@@ -227,15 +227,16 @@ class ProposalBuffer:
 def ranked_candidates(logits: torch.Tensor, widths, chooser) -> tuple[list[list[int]], list[torch.Tensor | None]]:
     """Per draft position j, `widths[j]` ranked candidates from the head's logits [m, V], and the laws they were drawn from.
 
-    Greedy: the top b_j token ids. Sampling: b_j draws without replacement; draw r comes
+    Greedy: the top b_j token ids (never one at −inf: outside a draft vocabulary). Sampling: b_j draws without replacement; draw r comes
     from the head's distribution with draws 0..r−1 removed and renormalised, and that law
     is kept ([b_j, V]) for the acceptance ratio. Fewer candidates come back when the
     distribution's support (e.g. under top_k) runs out.
     """
     m = len(widths)
     if chooser.greedy:
-        ids = logits[:m].topk(min(max(widths), logits.shape[-1]), dim=-1).indices.tolist()  # [m, b_max]: one host sync
-        return [row[:w] for row, w in zip(ids, widths)], [None] * m
+        top = logits[:m].topk(min(max(widths), logits.shape[-1]), dim=-1)  # [m, b_max]
+        ids = torch.where(top.values > float("-inf"), top.indices, -1).tolist()  # one host sync; −1: an id a draft vocabulary excludes
+        return [[t for t in row if t >= 0][:w] for row, w in zip(ids, widths)], [None] * m
     probs = chooser.probs(logits[:m])  # [m, V] float64
     if max(widths) == 1:  # a chain: one draw per position from the head's law (a law always has support)
         return [[chooser.draws.sample(probs[j])] for j in range(m)], [probs[j : j + 1] for j in range(m)]  # laws [1, V]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import dataclasses
 from collections.abc import Mapping
 
 from lab.errors import require
+from lab.model.draft_vocab import check_draft_vocab, draft_logits, index_of, restrict_horizon
 from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class, head_config
 from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_native_block, check_tokenizer_fits
 from lab.model.moe import check_router_options, router_config, router_places
@@ -125,6 +125,7 @@ class MTPModel(nn.Module):
         # model.dtype (a bf16 HF trunk): head-private weights compute in the trunk's precision, before any copy into them
         self.head.to(dtype=self.trunk.unembedding.dtype)
         self.head.initialize(self.trunk)
+        self.register_draft_vocab(head_cfg.draft_vocab)
         if head_cfg.trunk_grad == "frozen":
             freeze_trunk(self)
         if head_cfg.trunk_grad == "lora":
@@ -134,6 +135,30 @@ class MTPModel(nn.Module):
         check_alias_contract(self)
         if isinstance(model_cfg, HFModelConfig):
             check_router_options(router_config(model_cfg.router), router_places(self), self.trunk.hf.config.model_type)
+
+    def register_draft_vocab(self, n: int | None) -> None:
+        """`draft_ids` [N]: the draft vocabulary's ids, a buffer so checkpoints carry them (None: full vocabulary).
+        Placeholder −1s until `set_draft_ids` fills them from the training counts (or a checkpoint loads them)."""
+        vocab = self.trunk.unembedding.shape[0]
+        check_draft_vocab(n, vocab, self.k)
+        self.register_buffer("draft_ids", None if n is None else torch.full((n,), -1, dtype=torch.long))
+
+    def set_draft_ids(self, ids: torch.Tensor | None) -> None:
+        """Use `ids` [N] as the draft vocabulary of horizons ≥ 2 (None: the full vocabulary again)."""
+        if ids is None:
+            self.draft_ids = None
+            return
+        vocab = self.trunk.unembedding.shape[0]
+        require(ids.ndim == 1 and ids.numel() == len(set(ids.tolist())) and 0 <= int(ids.min()) and int(ids.max()) < vocab,
+                "head.draft_vocab", f"the draft ids must be distinct ids in [0, {vocab}), got {ids.numel()} of them")
+        self.draft_ids = ids.to(device=self.trunk.unembedding.device, dtype=torch.long)
+
+    def restrict_to_draft_vocab(self, horizons: list[Horizon]) -> list[Horizon]:
+        """Horizons ≥ 2 over the draft vocabulary (horizon 1, the next-token path, keeps all V)."""
+        if self.draft_ids is None:
+            return horizons
+        table = index_of(self.draft_ids, self.trunk.unembedding.shape[0])  # [V]
+        return [h if h.k == 1 else restrict_horizon(h, self.draft_ids, table) for h in horizons]
 
     @property
     def has_hf_trunk(self) -> bool:
@@ -158,8 +183,10 @@ class MTPModel(nn.Module):
         ctx = self.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
         hidden = self.trunk_output(batch, ctx)  # [B, S, d]
         if n_horizons is None or n_horizons >= self.k:
-            return self.head(hidden, batch, ctx, self.shared_parts())  # a head written without skipping support works too
-        return self.head(hidden, batch, ctx, self.shared_parts(), n_horizons)
+            horizons = self.head(hidden, batch, ctx, self.shared_parts())  # a head written without skipping support works too
+        else:
+            horizons = self.head(hidden, batch, ctx, self.shared_parts(), n_horizons)
+        return self.restrict_to_draft_vocab(horizons)
 
     def trunk_output(self, batch: dict, ctx) -> torch.Tensor:
         """[B, S, d] the trunk's hidden state: run, or read from the batch when a hidden-state cache supplies
@@ -171,8 +198,10 @@ class MTPModel(nn.Module):
         return batch["trunk_hidden"]  # [B, S, d]
 
     def horizon_logits(self, k: int, rows: torch.Tensor) -> torch.Tensor:
-        """[..., d] rows of horizon k (before the final norm) -> [..., V] logits."""
-        return F.linear(self.trunk.final_norm(rows), self.head.projection(k, self.shared_parts()))
+        """[..., d] rows of horizon k (before the final norm) -> [..., V] logits; a horizon ≥ 2 under a draft
+        vocabulary projects on its N rows only and is −inf at every other id."""
+        ids = None if k == 1 else self.draft_ids
+        return draft_logits(self.trunk.final_norm(rows), self.head.projection(k, self.shared_parts()), ids)
 
     @torch.no_grad()
     def next_token_logits(self, batch: dict) -> torch.Tensor:

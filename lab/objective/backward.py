@@ -169,7 +169,8 @@ def evaluate_horizons(horizons) -> HorizonStats:
         grid = torch.zeros_like(horizon.mask)  # [B, S-k]
         grid[horizon.mask] = hit
         choice = torch.full_like(horizon.labels, -1)  # [B, S-k]
-        choice[horizon.mask] = logits.argmax(-1)
+        argmax = logits.argmax(-1)  # [N_k]: an id, or an index in the draft vocabulary
+        choice[horizon.mask] = argmax if horizon.vocab_ids is None else horizon.vocab_ids[argmax]
         row_argmax.append(choice)
         sums.append(F.cross_entropy(logits, labels, reduction="sum")), hits.append(hit.sum()), counts.append(horizon.mask.sum())
         row_correct.append(grid)

@@ -101,11 +101,18 @@ class Objective:
         """The horizons as the training loss sees them (distilled targets attached when configured)."""
         return attach_teachers(horizons, self.target)
 
-    def skipped_masks(self, head, batch: dict, horizons) -> list[Tensor]:
+    def skipped_masks(self, head, batch: dict, horizons, draft_ids: Tensor | None = None) -> list[Tensor]:
         """[B, S-o_k] supervised rows of the horizons after the ones run (skipped), from the labels alone, so
-        every reduction policy sees the counts of a full step."""
-        return [supervised_mask(head.validity_mask(k, batch), horizons[0].mask, head.offsets[k - 1], self.target)
-                for k in range(len(horizons) + 1, head.k + 1)]
+        every reduction policy sees the counts of a full step; under a draft vocabulary (`draft_ids` [N]) only
+        the rows whose target is in it, as a run horizon counts them."""
+        masks = []
+        for k in range(len(horizons) + 1, head.k + 1):
+            offset = head.offsets[k - 1]
+            mask = supervised_mask(head.validity_mask(k, batch), horizons[0].mask, offset, self.target)  # [B, S-o]
+            if draft_ids is not None:
+                mask = mask & torch.isin(batch["tokens"][:, offset:], draft_ids)  # [B, S-o]: targets tokens[t+o] in the set
+            masks.append(mask)
+        return masks
 
     @property
     def global_counts(self) -> bool:

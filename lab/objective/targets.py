@@ -9,7 +9,8 @@ the same token tokens[t + o_k], taken detached (no gradient reaches the path tha
 with (ce_weight, kl_weight) = (1, 0) for `data`, (0, 1) for `distill`, (1 − α, α) for `mix`
 (α = `mix_alpha`). Rows are summed like the cross-entropy, so every reduction policy applies
 unchanged. A row is supervised when its data label is valid and the teacher row is a valid
-next-token row too. Horizon 1 always learns the data.
+next-token row too. Horizon 1 always learns the data. Under a draft vocabulary (`head.draft_vocab`)
+the teacher's distribution is restricted to the horizon's N ids and renormalised over them.
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ def attach_teachers(horizons: list[Horizon], cfg: TargetConfig) -> list[Horizon]
     for horizon in horizons[1:]:
         o, rows = horizon.offset, horizon.hidden.shape[1]  # rows = S - o
         teacher_rows = first.hidden[:, o - 1 : o - 1 + rows].detach()  # [B, S-o, d]: next-token row t+o-1 predicts t+o
-        teacher = Teacher(teacher_rows, first.norm.weight.detach(), first.norm, first.weight.detach(), ce_weight, kl_weight)
+        weight = first.weight.detach()  # [V, d]
+        if horizon.vocab_ids is not None:  # a draft vocabulary: the teacher over the same N ids, renormalised there
+            weight = weight[horizon.vocab_ids]  # [N, d]
+        teacher = Teacher(teacher_rows, first.norm.weight.detach(), first.norm, weight, ce_weight, kl_weight)
         out.append(dataclasses.replace(horizon, mask=supervised_mask(horizon.mask, first.mask, o, cfg), teacher=teacher))
     return out
 

@@ -87,6 +87,7 @@ class StepOutputs:
     logit_element_bytes: int
     active_horizons: int = 0  # horizons 1..n this step ran (the rest had λ = 0 for good and were skipped); 0: all K
     router_loss: Tensor | None = None  # [] α·Σ f_i P_i added to the step's loss (model.router.balance_loss_alpha); None: off
+    draft_coverage: Tensor | None = None  # [K-1, 2] float64 over ranks, horizons 2..: (targets in the draft vocabulary, all); None: full vocabulary
 
     @property
     def logits_live_bytes(self) -> int:
@@ -141,7 +142,7 @@ def train_step(
         horizons = objective.training_targets(model(batch, live))
         # 2. Coefficients c_k from the valid counts (all-reduced for count_scope=global) and λ(progress).
         # [K] this rank's valid rows; a skipped horizon's come from its labels (Objective.skipped_masks)
-        rank_counts = local_counts(horizons, objective.skipped_masks(head, batch, horizons))
+        rank_counts = local_counts(horizons, objective.skipped_masks(head, batch, horizons, getattr(model, "draft_ids", None)))
         coeffs = objective.coefficients(rank_counts, batch["tokens"].numel(), progress)
         applied = coeffs.applied  # [K] float32: what this rank's backward multiplies each S_k by
         # 3. Probes read this step's graph before any backward; the meter does not count them.
@@ -186,4 +187,11 @@ def train_step(
         logit_element_bytes=torch.finfo(loss_dtype(horizons[0].hidden.dtype)).bits // 8,  # logits are float32 or wider
         active_horizons=live,
         router_loss=None if router_loss is None else router_loss.detach(),
+        draft_coverage=draft_coverage(horizons),
     )
+
+
+def draft_coverage(horizons: Sequence[Horizon]) -> Tensor | None:
+    """[n-1, 2] float64 over ranks: per run horizon ≥ 2, (targets the draft vocabulary covers, supervised targets)."""
+    parts = [h.draft_coverage for h in horizons[1:] if h.draft_coverage is not None]
+    return all_reduce_sum(torch.stack(parts).to(torch.float64)) if parts else None

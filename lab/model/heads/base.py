@@ -18,6 +18,7 @@ import torch.nn as nn
 from lab.errors import ConfigError, require
 from lab.schema import field_names, typed
 from lab.labels import horizon_mask
+from lab.model.draft_vocab import check_draft_vocab
 from lab.model.flops import block_forward_flops
 from lab.model.native_layers import NativeLayers, layer_forward_flops
 from lab.model.trunk import AttentionContext, Block, ModelConfig, RMSNorm
@@ -50,6 +51,7 @@ class HeadConfig:
     trunk_grad: str = "joint"
     offsets: list[int] | None = None  # horizon k predicts tokens[t + offsets[k-1]]; None: [1..K]
     lora: dict | None = None  # trunk_grad=lora: r, alpha, dropout, target_modules (lab/model/lora.py)
+    draft_vocab: int | None = None  # horizons ≥ 2 predict over the N most frequent training tokens (lab/model/draft_vocab.py)
 
     def validate(self) -> None:
         require(isinstance(self.k, int) and self.k >= 1, "head.k", f"must be an integer ≥ 1, got {self.k}")
@@ -67,6 +69,7 @@ class HeadConfig:
         if self.offsets is not None:
             require(isinstance(self.offsets, (list, tuple)), "head.offsets", f"must be a list of integers or null, got {self.offsets!r}")
             check_offsets(list(self.offsets), self.k)
+        check_draft_vocab(self.draft_vocab, k=self.k)
         if self.trunk_grad == "lora":
             from lab.model.lora import lora_settings
 
@@ -115,6 +118,8 @@ class Horizon:
     weight: torch.Tensor  # [V, d] projection to the vocabulary
     offset: int | None = None  # the token distance predicted (tokens[t+offset]); None: k
     teacher: Teacher | None = None  # set by the objective for distilled targets (training only)
+    vocab_ids: torch.Tensor | None = None  # [N] the draft vocabulary `weight` and `labels` index (head.draft_vocab); None: all V
+    draft_coverage: torch.Tensor | None = None  # [2] (supervised targets inside the draft vocabulary, all supervised targets)
 
     def __post_init__(self) -> None:
         if self.offset is None:

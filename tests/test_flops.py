@@ -19,9 +19,14 @@ def test_block_flops_hand_computed():
     assert block_forward_flops(model_config(), 12) == 49_152 + 9_216
 
 
-def test_training_is_three_forwards_per_token():
+def test_training_flops_per_token_hand_computed():
+    # parallel K=2, 3 layers, next_token_path: 2 trunk blocks + 1 head block per horizon = 4 blocks of
+    # 58,368 on 12 rows; projections 2·(12-1)·16·37 + 2·(12-2)·16·37 = 24,864; forward 258,336.
+    # Training = forward + backward (2 × forward), per token of 12: 3·258,336 / 12 = 64,584.
     model = build_model("parallel", 2, layers=3)
-    assert training_flops_per_token(model, 12) == 3 * forward_flops_per_sequence(model, 12) / 12
+    assert len(model.trunk.blocks) == 2
+    assert forward_flops_per_sequence(model, 12) == 4 * (49_152 + 9_216) + 24_864
+    assert training_flops_per_token(model, 12) == 64_584
 
 
 HEADS = {

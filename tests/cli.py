@@ -1,17 +1,26 @@
-"""Run the real `lab-train` CLI in a subprocess with a scaled-down config."""
+"""The real `lab-train` CLI for tests: its scaled-down config, and the one way tests start commands —
+one environment (`cli_env`), one timeout (`SUBPROCESS_TIMEOUT`), run to the end (`lab_train`,
+`run_module`) or started, waited on and killed (`start_lab_train`, `wait_for`, `kill_session`), or
+the console entry in this process for bad input refused before training (`lab_train_in_process`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # Every subprocess a test starts gets this long: a correct program on a busy machine (CI shares its
 # 2 cores; a run measured at 52 s alone took over 120 s at load 10) must not fail on time. A hang
 # is still caught, by pytest-timeout (pyproject.toml), after longer.
 SUBPROCESS_TIMEOUT = 1500
+REPO = Path(__file__).resolve().parents[1]
 
 TINY = [
     "model.d_model=32",
@@ -33,11 +42,89 @@ FIXED_DECODING = ["callbacks.decoding.budget_s=null", "callbacks.decoding.prompt
                   "callbacks.decoding.repeats=1"]
 
 
-def lab_train(*overrides: str, cache_dir: Path, cwd: Path, timeout: int = SUBPROCESS_TIMEOUT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run(
-        [sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+def cli_env(cache_dir: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment every command a test starts runs in: this process's, with offline wandb,
+    Hydra's one-line errors, this checkout first on the import path (a run imports the tests' own
+    callbacks), the dataset cache when given, and `extra` last."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
+    cache = {} if cache_dir is None else {"MTP_LAB_CACHE": str(cache_dir)}
+    return {**os.environ, "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0", "PYTHONPATH": path, **cache, **extra}
+
+
+def lab_train(*overrides: str, cache_dir: Path, cwd: Path, env: dict[str, str] | None = None, prefix: tuple[str, ...] = (),
+              timeout: int = SUBPROCESS_TIMEOUT, **popen) -> subprocess.CompletedProcess:
+    """`lab-train OVERRIDES` run to its end (`prefix`: a wrapper command; `env`: variables over `cli_env`'s)."""
+    return run_module("lab.train", *overrides, cache_dir=cache_dir, cwd=cwd, env=env, prefix=prefix, timeout=timeout, **popen)
+
+
+def run_module(module: str, *args: str, cache_dir: Path | None, cwd: Path, env: dict[str, str] | None = None,
+               prefix: tuple[str, ...] = (), timeout: int = SUBPROCESS_TIMEOUT, **popen) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` run to its end, output captured as text."""
+    return subprocess.run([*prefix, sys.executable, "-m", module, *args], cwd=cwd, env=cli_env(cache_dir, **(env or {})),
+                          capture_output=True, text=True, timeout=timeout, **popen)
+
+
+def start_lab_train(*overrides: str, cache_dir: Path, cwd: Path, env: dict[str, str] | None = None,
+                    stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    """`lab-train OVERRIDES` started in its own session, so that `kill_session` reaches every process
+    it starts (a sweep's jobs, Lightning's ranks); stderr is piped for the failure message."""
+    return subprocess.Popen([sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=cli_env(cache_dir, **(env or {})),
+                            stdout=stdout, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for(path: Path, process: subprocess.Popen, what: str, timeout: float = SUBPROCESS_TIMEOUT) -> None:
+    """Poll until `path` exists while `process` runs; fail with its stderr if it ends first, or with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, f"the process ended before {what}: {process.stderr.read()[-3000:]}"
+        assert time.monotonic() < deadline, f"never {what} in {timeout:.0f} s"
+        time.sleep(0.2)
+
+
+def kill_session(process: subprocess.Popen) -> int:
+    """SIGKILL every process of `process`'s session (started by `start_lab_train`) and reap it: its exit status."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    return process.wait(timeout=60)
+
+
+def lab_train_in_process(*overrides: str, cache_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """`lab-train` as its console entry runs it (`lab.train.main`, real Hydra), in this process: for
+    bad input refused before training, without a new interpreter's start (~10 s of imports on a
+    busy machine). The exit code, stdout and stderr come back as `lab_train`'s do; the process's
+    working directory, environment, argv, Hydra state and logging are restored afterwards.
+
+    What only a real process shows (a library warning printed on stderr, an import-time failure)
+    stays covered by at least one `lab_train` case per kind of refusal."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from lab.train import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, Path.cwd()
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    code = 0
+    try:
+        os.environ.update(cli_env(cache_dir))
+        os.chdir(cwd)
+        sys.argv = ["lab-train", *overrides]
+        GlobalHydra.instance().clear()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    finally:
+        GlobalHydra.instance().clear()
+        for handler in root.handlers:
+            if handler not in saved_handlers:
+                handler.close()
+        root.handlers[:], root.level = saved_handlers, saved_level
+        os.chdir(saved_cwd)
+        sys.argv = saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(sys.argv, code, out.getvalue(), err.getvalue())
 
 
 def read_run(run_dir: Path) -> dict:

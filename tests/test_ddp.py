@@ -27,8 +27,6 @@ Checked here:
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -38,10 +36,10 @@ import pytest
 import torch
 
 from lab.objective import POLICIES
+from tests.cli import SUBPROCESS_TIMEOUT, cli_env, kill_session
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "tests" / "ddp_worker.py"
-TIMEOUT_S = 300
 RTOL, ATOL = 1e-5, 1e-7
 SCHEDULES = ("joint", "sequential", "chunked")
 
@@ -107,11 +105,9 @@ METHOD_CASES = {
 
 def clean_env() -> dict:
     """No inherited distributed settings: the worker must launch its own rank 1."""
-    env = os.environ.copy()
+    env = cli_env(OMP_NUM_THREADS="1")
     for key in ("LOCAL_RANK", "RANK", "GLOBAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "PL_GLOBAL_SEED"):
         env.pop(key, None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env["OMP_NUM_THREADS"] = "1"
     return env
 
 
@@ -128,16 +124,12 @@ def finish(proc: subprocess.Popen, handle, log: Path, what: str, deadline: float
     try:
         proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        kill_session(proc)
         handle.close()
-        pytest.fail(f"{what} worker exceeded {TIMEOUT_S}s; log tail:\n{log.read_text()[-4000:]}")
+        pytest.fail(f"{what} worker exceeded {SUBPROCESS_TIMEOUT}s; log tail:\n{log.read_text()[-4000:]}")
     handle.close()
     if proc.returncode != 0:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # a rank left hanging in a collective
-        except ProcessLookupError:
-            pass
+        kill_session(proc)  # a rank left hanging in a collective
         pytest.fail(f"{what} worker exited with {proc.returncode}; log tail:\n{log.read_text()[-4000:]}")
 
 
@@ -149,7 +141,7 @@ def runs(tmp_path_factory):
     cases_path = root / "cases.json"
     cases_path.write_text(json.dumps(cases))
     start = time.monotonic()
-    deadline = start + TIMEOUT_S
+    deadline = start + SUBPROCESS_TIMEOUT
     ddp = launch(2, cases_path, root / "ddp.pt", root / "ddp.log")
     single = launch(1, cases_path, root / "single.pt", root / "single.log")
     finish(*ddp, root / "ddp.log", "2-process DDP", deadline)

@@ -6,7 +6,6 @@ converts runs fetched from the public API.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from lab.report.records import Sweep, record_from_wandb, sweep_from_wandb_runs
 from lab.report.wandb_local import local_runs
 from lab.report.wandb_report import DRY_RUN_FILE, INSTALL_HINT, config_key, job_configs, publish
-from tests.cli import TINY, lab_train, SUBPROCESS_TIMEOUT
+from tests.cli import SUBPROCESS_TIMEOUT, TINY, cli_env, lab_train
 
 GROUP = "wandb_report_test"
 HORIZON_BASES = ("val/loss", "train/loss", "val/acc", "val/chain_acc")
@@ -185,9 +184,8 @@ def test_missing_extra_is_one_line_and_writes_nothing(tmp_path):
     assert line == f"error: --publish: needs the optional package wandb-workspaces; install it with: {INSTALL_HINT}"
     assert not out.exists()
     code = HIDE_EXTRA + "sys.argv[0] = 'lab-train'; from lab.train import main; main()"
-    env = {**os.environ, "MTP_LAB_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "offline"}
     result = subprocess.run([sys.executable, "-c", "import sys; " + code, "-m", *TINY, "report.wandb_publish=true", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, check=False)
+                            cwd=tmp_path, env=cli_env(tmp_path / "cache"), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, check=False)
     assert result.returncode == 2 and "report.wandb_publish: needs the optional package wandb-workspaces" in result.stderr, result.stderr[-2000:]
     assert not list((tmp_path / "sweep").glob("*/run.json"))  # refused before any job ran
 

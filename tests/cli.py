@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 
 # Every subprocess a test starts gets this long: a correct program on a busy machine (CI shares its
@@ -89,16 +91,26 @@ def kill_session(process: subprocess.Popen) -> int:
 
 
 def lab_train_in_process(*overrides: str, cache_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
-    """`lab-train` as its console entry runs it (`lab.train.main`, real Hydra), in this process: for
-    bad input refused before training, without a new interpreter's start (~10 s of imports on a
-    busy machine). The exit code, stdout and stderr come back as `lab_train`'s do; the process's
-    working directory, environment, argv, Hydra state and logging are restored afterwards.
+    """`lab-train OVERRIDES` through its console entry (real Hydra) in this process: `command_in_process`."""
+    return command_in_process("lab-train", *overrides, cwd=cwd, cache_dir=cache_dir)
+
+
+def command_in_process(command: str, *args: str, cwd: Path | None = None, cache_dir: Path | None = None) -> subprocess.CompletedProcess:
+    """A console script (`lab-train`, `lab-report`, `lab-export`, ...) through the entry point its package
+    declares, in this process: for input it refuses before any work, without a new interpreter's start
+    (10-20 s of imports on a busy machine). Exit code, stdout and stderr come back as a real run's do.
 
     What only a real process shows (a library warning printed on stderr, an import-time failure)
-    stays covered by at least one `lab_train` case per kind of refusal."""
-    from hydra.core.global_hydra import GlobalHydra
+    stays covered by at least one real-process case per kind of refusal."""
+    (entry,) = entry_points(group="console_scripts", name=command)
+    return in_process(entry.load(), [command, *args], cwd=cwd or Path.cwd(), env=cli_env(cache_dir))
 
-    from lab.train import main
+
+def in_process(entry: Callable[[], object], argv: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Call a console entry (`entry()`, reading `sys.argv`) as its command would run, in this process: in
+    `cwd`, with `env` as the environment, output captured, `SystemExit` as the exit code. The working
+    directory, environment, argv, Hydra's global state and the root logger are restored afterwards."""
+    from hydra.core.global_hydra import GlobalHydra
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, Path.cwd()
@@ -106,14 +118,17 @@ def lab_train_in_process(*overrides: str, cache_dir: Path, cwd: Path) -> subproc
     saved_handlers, saved_level = list(root.handlers), root.level
     code = 0
     try:
-        os.environ.update(cli_env(cache_dir))
+        os.environ.clear()
+        os.environ.update(env)
         os.chdir(cwd)
-        sys.argv = ["lab-train", *overrides]
+        sys.argv = list(argv)
         GlobalHydra.instance().clear()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+            entry()
+    except SystemExit as stop:  # what the interpreter does with it: an int is the status, anything else is printed
+        code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+        if not isinstance(stop.code, (int, type(None))):
+            err.write(f"{stop.code}\n")
     finally:
         GlobalHydra.instance().clear()
         for handler in root.handlers:
@@ -124,7 +139,26 @@ def lab_train_in_process(*overrides: str, cache_dir: Path, cwd: Path) -> subproc
         sys.argv = saved_argv
         os.environ.clear()
         os.environ.update(saved_env)
-    return subprocess.CompletedProcess(sys.argv, code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
+
+
+def runner(overrides: list[str], in_a_process: set[str]):
+    """`lab_train` when one of `overrides` is in `in_a_process` (the cases kept as real processes), else `lab_train_in_process`."""
+    return lab_train if in_a_process.intersection(overrides) else lab_train_in_process
+
+
+def lab_report(*args: str, prelude: str = "") -> subprocess.CompletedProcess:
+    """`lab-report ARGS` as a real process; `prelude`: Python run before the entry (e.g. hiding an optional package)."""
+    code = f"import sys; {prelude}from lab.report.cli import main; main(sys.argv[1:])"
+    return subprocess.run([sys.executable, "-c", code, *args], env=cli_env(), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    """The one `error: ...` line of a command that refused its input: exit 2, nothing else on stderr, no traceback."""
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
 
 
 def read_run(run_dir: Path) -> dict:

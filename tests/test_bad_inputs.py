@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.cli import TINY, lab_train, lab_train_in_process
+from tests.cli import TINY, lab_train, runner
 
 CONFIG_CASES = [
     (["model.d_model=-8"], "model.d_model"),
@@ -38,10 +38,6 @@ CONFIG_CASES = [
 IN_A_PROCESS = {"optim.lr=-1", "data.path={inputs}/latin1.txt", "init_from={inputs}/malicious_pickle.ckpt", "init_from={parent}/bit_flipped.ckpt"}
 
 
-def runner(overrides: list[str]):
-    return lab_train if any(o in IN_A_PROCESS for o in overrides) else lab_train_in_process
-
-
 def everything_under(folder: Path) -> set[Path]:
     return {path.relative_to(folder) for path in folder.rglob("*")}
 
@@ -58,7 +54,7 @@ def assert_refused_in_one_line(result, field: str, cwd: Path, before: set[Path])
 def test_a_bad_config_value_is_refused_before_any_folder_exists(tmp_path, cache_dir, overrides, field):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    result = runner(overrides)(*TINY, *overrides, cache_dir=cache_dir, cwd=cwd)
+    result = runner(overrides, IN_A_PROCESS)(*TINY, *overrides, cache_dir=cache_dir, cwd=cwd)
     assert_refused_in_one_line(result, field, cwd, set())
 
 
@@ -114,7 +110,7 @@ RUN_CASES = [  # (overrides with {inputs} for the input folder, field, words the
 def parent(tmp_path_factory, cache_dir):
     """A real causal K=2 run, and two damaged copies of its checkpoint (the first half; 64 bytes inverted mid-file)."""
     folder = tmp_path_factory.mktemp("parent")
-    result = lab_train(*TINY, "head=causal", "head.k=2", f"hydra.run.dir={folder}", cache_dir=cache_dir, cwd=folder, timeout=600)
+    result = lab_train(*TINY, "head=causal", "head.k=2", f"hydra.run.dir={folder}", cache_dir=cache_dir, cwd=folder)
     assert result.returncode == 0, result.stderr[-2000:]
     data = (folder / "checkpoints" / "last.ckpt").read_bytes()
     (folder / "truncated.ckpt").write_bytes(data[: len(data) // 2])
@@ -128,7 +124,7 @@ def test_bad_data_checkpoints_and_folders_are_refused_in_one_line_leaving_no_fol
     cwd, inputs = tmp_path / "cwd", tmp_path / "inputs"
     cwd.mkdir()
     write_inputs(inputs)
-    result = runner(overrides)(*TINY, *[o.format(inputs=inputs, parent=parent) for o in overrides], cache_dir=cache_dir, cwd=cwd)
+    result = runner(overrides, IN_A_PROCESS)(*TINY, *[o.format(inputs=inputs, parent=parent) for o in overrides], cache_dir=cache_dir, cwd=cwd)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert_refused_in_one_line(result, field, cwd, set())
     assert words in result.stderr, result.stderr[-2000:]

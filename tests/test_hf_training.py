@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from lab.model.lora import merged_copy
 from lab.train import CONF_DIR
-from tests.cli import TINY, lab_train, lab_train_in_process
+from tests.cli import SUBPROCESS_TIMEOUT, TINY, lab_train, lab_train_in_process
 from tests.fit_helpers import fit
 from tests.hf_fixtures import write_llama, write_tokenizer
 
@@ -194,7 +194,7 @@ def test_lab_generate_decodes_a_lora_checkpoint_and_refuses_another_base(llama_d
     assert generate(loaded.model, prompt, 12, speculative=True).tokens == generate(trained, prompt, 12).tokens
 
     out = subprocess.run([sys.executable, "-m", "lab.decode.cli", str(tmp_path / "run"), "--prompt", "def f1(x):", "--max-new-tokens", "8",
-                          "--speculative"], capture_output=True, text=True, timeout=600)
+                          "--speculative"], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert out.returncode == 0, out.stderr[-2000:]
 
     # the base folder now holds other weights: refused in one line
@@ -203,7 +203,7 @@ def test_lab_generate_decodes_a_lora_checkpoint_and_refuses_another_base(llama_d
     (llama_dir.parent / "swapped" / "model.safetensors").rename(llama_dir / "model.safetensors")
     try:
         out = subprocess.run([sys.executable, "-m", "lab.decode.cli", str(tmp_path / "run"), "--prompt", "x"],
-                             capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     finally:
         (tmp_path / "kept.safetensors").replace(llama_dir / "model.safetensors")
     lines = out.stderr.strip().splitlines()

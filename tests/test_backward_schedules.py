@@ -11,19 +11,17 @@ import torch
 
 from lab.errors import ConfigError
 from lab.objective import POLICIES, build_backward_schedule, coefficients, evaluate_horizons
+from tests.head_cases import case, without
 from tests.helpers import build_model, grads, horizon_sums, packed_batch, short_docs_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
-HEADS = {
-    "ntp": dict(name="ntp", k=1),
-    "linear": dict(name="linear", k=4),
-    "linear_replicated": dict(name="linear", k=4, unembedding="replicated"),
-    "parallel": dict(name="parallel", k=4),
-    "causal": dict(name="causal", k=4),
-    "anticausal": dict(name="anticausal", k=4, compute_match="none"),
-    "deepseek_d3": dict(name="deepseek", k=4, depth=3),
-    "deepseek_d2": dict(name="deepseek", k=3, depth=2),
+HEADS = {  # every registered head at K = 4 (deepseek by depth), and variants
+    **without("deepseek", k=4),
+    "anticausal": case("anticausal", 4, compute_match="none"),
+    "linear_replicated": case("linear", 4, unembedding="replicated"),
+    "deepseek_d3": case("deepseek", 4),
+    "deepseek_d2": case("deepseek"),
 }
 SCHEDULES = ("joint", "sequential", "chunked")
 CHUNK_ROWS = 4

@@ -10,11 +10,12 @@ from lab.decode import generate
 from lab.decode.batched import decode_rows
 from lab.decode.sampling import TokenChooser, distribution
 from lab.errors import ConfigError
+from tests.head_cases import case, cases, split, without
 from tests.helpers import build_model, make_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-HEADS = [("ntp", 1, {}), ("parallel", 3, {}), ("causal", 3, {}), ("anticausal", 2, {}), ("deepseek", 3, {"depth": 2}), ("linear", 3, {})]
+HEADS = {**cases(), "anticausal": case("anticausal", 2)}  # every registered head
 PROMPTS = [[5, 1, 7, 2, 9, 3, 8], [4], [11, 6, 2], [3, 3, 12, 7, 1]]
 
 
@@ -27,7 +28,7 @@ def model_for(name, k, extra, seed=0):
     return model
 
 
-@pytest.mark.parametrize("name,k,extra", HEADS, ids=[h[0] for h in HEADS])
+@pytest.mark.parametrize("name,k,extra", map(split, HEADS.values()), ids=list(HEADS))
 def test_greedy_batch_equals_single_generations(name, k, extra):
     model = model_for(name, k, extra)
     single = [generate(model, torch.tensor(p), 10).tokens for p in PROMPTS]
@@ -80,10 +81,10 @@ def test_sampled_rows_are_drawn_from_the_single_request_law(name, k, extra):
             assert expected[tokens[step]] > 0  # the draw lies in the row's own top-7 support
 
 
-INDEPENDENT = [("parallel", 3, {}), ("causal", 3, {}), ("anticausal", 3, {}), ("linear", 4, {}), ("identity", 3, {})]
+INDEPENDENT = {**without("ntp", "deepseek"), "linear": case("linear", 4)}  # every head drafting its horizons independently
 
 
-@pytest.mark.parametrize("name,k,extra", INDEPENDENT, ids=[h[0] for h in INDEPENDENT])
+@pytest.mark.parametrize("name,k,extra", map(split, INDEPENDENT.values()), ids=list(INDEPENDENT))
 def test_speculative_batch_equals_single_requests_greedy_and_sampled(name, k, extra):
     """Greedy: the plain single output. Sampling with one generator per prompt: the single speculative request's
     tokens and acceptance counts (the same draws in the same order), so each row has a single request's law."""

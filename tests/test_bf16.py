@@ -15,23 +15,19 @@ from lab.model.mtp import build_model
 from lab.objective.objective import Objective
 from lab.objective.weights import Progress
 from lab.training.step import PlainOptimization, train_step
+from tests.head_cases import case, cases
 from tests.helpers import hf_llama_config, make_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 VOCAB = 37
-HEADS = {
-    "ntp": {"name": "ntp"},
-    "linear": {"name": "linear", "k": 3},
-    "parallel": {"name": "parallel", "k": 3},
-    "parallel_native": {"name": "parallel", "k": 3, "block": "native"},
-    "causal": {"name": "causal", "k": 3, "n_layers": 2},
-    "anticausal": {"name": "anticausal", "k": 3},
-    "deepseek_pre_norm": {"name": "deepseek", "k": 3, "depth": 2},
-    "deepseek_post_norm": {"name": "deepseek", "k": 3, "depth": 2, "hidden_input": "post_norm", "chain_state": "normed", "fusion_order": "eh"},
-    "deepseek_native_shared": {"name": "deepseek", "k": 3, "depth": 2, "block": "native", "share_depth_weights": True},
-    "medusa": {"name": "medusa", "k": 4, "n_layers": 2},
-    "identity": {"name": "identity", "k": 3},
+HEADS = {  # every registered head, and variants
+    **cases(),
+    "parallel_native": case("parallel", block="native"),
+    "causal": case("causal", n_layers=2),
+    "deepseek_post_norm": case("deepseek", hidden_input="post_norm", chain_state="normed", fusion_order="eh"),
+    "deepseek_native_shared": case("deepseek", block="native", share_depth_weights=True),
+    "medusa": case("medusa", 4, n_layers=2),
 }
 SCHEDULES = ("joint", "sequential", "chunked")
 

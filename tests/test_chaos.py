@@ -33,9 +33,8 @@ import pytest
 
 from lab.report.records import collect_sweep
 from lab.training.timing import is_machine_state
-from tests.cli import FIXED_DECODING, TINY, read_run, SUBPROCESS_TIMEOUT
+from tests.cli import FIXED_DECODING, SUBPROCESS_TIMEOUT, TINY, cli_env, read_run, run_module
 
-REPO = Path(__file__).resolve().parents[1]
 STEPS, EVERY, VAL_EVERY = 12, 2, 4  # checkpoints at 2, 4, ..., validations after steps 4, 8, 12
 # (point, global step): the point's step, then where the next attempt resumes from.
 KILLS = [("batch_end", 3), ("validation", 4), ("checkpoint_write", 6), ("batch_start", 6), ("train_end", 12)]
@@ -55,7 +54,7 @@ def sweep_overrides() -> list[str]:
 
 
 def env(cache_dir: Path, kill: str | None = None) -> dict:
-    out = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+    out = cli_env(cache_dir)
     out.pop("MTP_LAB_KILL_AT", None)
     if kill is not None:
         out.update(MTP_LAB_KILL_AT=kill, MTP_LAB_KILL_DIR=KILLED_JOB)
@@ -142,7 +141,7 @@ def test_killed_refused_and_finished_resumes_leave_the_sweep_records_of_an_unint
     assert (job / "checkpoints" / "last.ckpt").read_bytes() == before["last.ckpt"]
     assert (job / ".hydra" / "overrides.yaml").read_text() == original_overrides  # no ckpt_path=last piling up
 
-    finish = subprocess.run([sys.executable, "-m", "lab.run.resume", str(b)], cwd=tmp_path, env=env(cache_dir), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    finish = run_module("lab.run.resume", str(b), cache_dir=cache_dir, cwd=tmp_path)
     assert finish.returncode == 0 and "(3 ok, 0 failed)" in finish.stdout, finish.stdout[-2000:] + finish.stderr[-3000:]
     assert csv_rows((b / "runs.csv").read_text()) == csv_rows((a / "runs.csv").read_text()), row_differences(
         csv_rows((b / "runs.csv").read_text()), csv_rows((a / "runs.csv").read_text()))

@@ -13,25 +13,21 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.cli import TINY, read_run, SUBPROCESS_TIMEOUT
+from tests.cli import SUBPROCESS_TIMEOUT, TINY, read_run, start_lab_train
 
-REPO = Path(__file__).resolve().parents[1]
 STEPS, EVERY, KILLS = 16, 2, 4
 JOB = [*[o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))],
        f"trainer.max_steps={STEPS}", "trainer.val_check_interval=4", f"callbacks.checkpoint.every_n_train_steps={EVERY}"]
 
 
 def start(run_dir: Path, cwd: Path, cache_dir: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-    return subprocess.Popen([sys.executable, "-m", "lab.train", *JOB, f"hydra.run.dir={run_dir}", *extra], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return start_lab_train(*JOB, f"hydra.run.dir={run_dir}", *extra, cache_dir=cache_dir, cwd=cwd)
 
 
 def rows_logged(run_dir: Path) -> int:

@@ -23,7 +23,7 @@ from lab.checkpoint.manifest import compare_manifests
 from lab.checkpoint.io import SafeCheckpointIO
 from lab.errors import ConfigError
 from lab.train import build
-from tests.cli import TINY, lab_train, SUBPROCESS_TIMEOUT
+from tests.cli import TINY, lab_train_in_process
 from tests.fit_helpers import compose_cfg, fit
 from tests.helpers import build_model
 
@@ -120,7 +120,7 @@ def test_manifest_from_before_offsets_and_targets_still_resumes(k4_run, cache_di
 def test_k4_checkpoint_with_k2_config_is_refused_by_the_cli(k4_run, tmp_path, cache_dir):
     path, _, _ = k4_run
     run_dir = tmp_path / "run"
-    result = lab_train(*TINY, "head=parallel", "head.k=2", f"ckpt_path={path}", f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
+    result = lab_train_in_process(*TINY, "head=parallel", "head.k=2", f"ckpt_path={path}", f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == ["error: checkpoint: head.k differs: checkpoint has 4, config has 2"], result.stderr[-2000:]
@@ -224,7 +224,7 @@ def test_truncated_last_checkpoint_is_one_line_and_spares_the_others(k4_run, tmp
     shutil.copy(path, good)
     (folder / "last.ckpt").write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     before = {p.name: sha(p) for p in folder.iterdir()}
-    result = lab_train(*TINY, *K4, "ckpt_path=last", f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
+    result = lab_train_in_process(*TINY, *K4, "ckpt_path=last", f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "last.ckpt is truncated or corrupted" in errors[0] and "epoch=0-step=2.ckpt" in errors[0], errors

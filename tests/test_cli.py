@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from tests.cli import TINY, lab_train, read_run, wandb_history_keys, SUBPROCESS_TIMEOUT
+from tests.cli import TINY, lab_train, lab_train_in_process, read_run, wandb_history_keys
 
 
 def test_tiny_run_writes_metrics_checkpoint_record_and_wandb(tmp_path, cache_dir):
@@ -78,8 +78,9 @@ def test_parameter_table_of_paper_matched_parallel_heads(tmp_path, cache_dir):
     ],
 )
 def test_bad_input_is_one_line_error(tmp_path, cache_dir, overrides, field):
+    """In this process (real processes refusing bad input: tests/test_bad_inputs.py, tests/test_console.py)."""
     run_dir = tmp_path / "run"
-    result = lab_train(*TINY, *overrides, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
+    result = lab_train_in_process(*TINY, *overrides, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(error_lines) == 1 and error_lines[0].startswith(f"error: {field}"), result.stderr[-2000:]

@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from tests.cli import TINY, lab_train, wandb_config, SUBPROCESS_TIMEOUT
+from tests.cli import TINY, lab_train, runner, wandb_config
 
 NOISE = (
     "litlogger",  # Lightning's advertisement
@@ -15,14 +15,20 @@ NOISE = (
 )
 
 
-def test_five_step_run_console_is_quiet_and_wandb_config_has_group_prefixes(tmp_path, cache_dir):
+def test_a_fresh_five_step_run_is_quiet_has_prefixed_wandb_config_and_validates_once_at_its_end(tmp_path, cache_dir):
+    """One fresh 5-step run (each run is ~1 min of a loaded CI core): its console, wandb config and CSV rows; and,
+    started with ckpt_path=last on an empty run dir, it says it trains from step 0 and validates once, at its end."""
     run_dir = tmp_path / "run"
-    result = lab_train(*TINY, "trainer.max_steps=5", "head=parallel", "head.k=2", "sweep_name=console_check",
-                       f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
+    result = lab_train(*TINY, "trainer.max_steps=5", "trainer.val_check_interval=200", "head=parallel", "head.k=2", "sweep_name=console_check",
+                       "ckpt_path=last", f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     console = result.stdout + result.stderr
     for noise in NOISE:
         assert noise not in console, f"{noise!r} in the console:\n{console}"
+    # a resume that finds nothing to resume says so (a mistyped run dir must not go unnoticed)
+    assert f"ckpt_path=last: no checkpoint at {run_dir / 'checkpoints' / 'last.ckpt'}; training from step 0" in result.stderr
+    validated = [int(row["step"]) for row in csv.DictReader((run_dir / "metrics.csv").open()) if row.get("val/loss")]
+    assert validated == [4]  # once, after the 5th (last) step; Lightning counts steps from 0 in the log
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith(f"done: {run_dir} | val/loss ") and " bits/byte) | 5 steps | " in last, last
     wandb_id = last.split("wandb run ")[1].split(";")[0]
@@ -56,14 +62,15 @@ def test_five_step_run_console_is_quiet_and_wandb_config_has_group_prefixes(tmp_
     ],
 )
 def test_bad_input_is_one_line_and_leaves_no_run_folder(tmp_path, cache_dir, overrides, expected):
+    """In this process but for one case of the pre-flight checks and one of the checkpoint checks (tests/cli.py `runner`)."""
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     corrupt = tmp_path / "corrupt.ckpt"
     corrupt.write_bytes(zip_prefix())  # the first half of a zip archive: no central directory
     paths = {"empty": empty, "corrupt": corrupt}
     run_dir = tmp_path / "run"
-    result = lab_train(*TINY, *[o.format(**paths) for o in overrides], f"hydra.run.dir={run_dir}", cache_dir=cache_dir,
-                       cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
+    result = runner(overrides, {"head.k=abc", "ckpt_path={corrupt}"})(*TINY, *[o.format(**paths) for o in overrides], f"hydra.run.dir={run_dir}",
+                                                                     cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(expected.format(**paths)), result.stderr[-2000:]
@@ -88,21 +95,8 @@ def test_progress_bar_rates_are_plain_numbers():
     assert [human_rate(v) for v in (950.4, 12345.6, 2_500_000.0)] == ["950", "12.3k", "2.50M"]
 
 
-def test_a_short_fresh_run_with_ckpt_path_last_says_so_and_validates_once_at_its_end(tmp_path, cache_dir):
-    import csv
-
-    run_dir = tmp_path / "run"
-    result = lab_train(*TINY, "trainer.max_steps=5", "trainer.val_check_interval=200", "logger=csv", f"hydra.run.dir={run_dir}",
-                       "ckpt_path=last", cache_dir=cache_dir, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    # a resume that finds nothing to resume says so (a mistyped run dir must not go unnoticed)
-    assert f"ckpt_path=last: no checkpoint at {run_dir / 'checkpoints' / 'last.ckpt'}; training from step 0" in result.stderr
-    validated = [int(row["step"]) for row in csv.DictReader((run_dir / "metrics.csv").open()) if row.get("val/loss")]
-    assert validated == [4]  # once, after the 5th (last) step; Lightning counts steps from 0 in the log
-
-
 def test_help_names_lab_train_and_lists_groups_and_experiments(tmp_path, cache_dir):
-    result = lab_train("--help", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
+    result = lab_train("--help", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("lab-train: ") and "usage: lab-train" in result.stdout
     assert "  head:           anticausal, causal, deepseek, identity, linear, medusa, ntp*, parallel" in result.stdout

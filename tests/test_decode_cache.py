@@ -14,28 +14,24 @@ import torch
 from lab.decode.proposers import DeepSeekChain
 from lab.decode.sampling import TokenChooser
 from lab.decode.target import TRUNK, CachedModel
+from tests.head_cases import case, cases, split
 from tests.helpers import build_model, make_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
 ATOL = 1e-9
-HEADS = {
-    "ntp": ("ntp", 1, {}),
-    "linear": ("linear", 3, {}),
-    "linear_replicated": ("linear", 3, {"unembedding": "replicated"}),
-    "parallel": ("parallel", 3, {}),
-    "causal": ("causal", 3, {}),
-    "anticausal": ("anticausal", 3, {}),
-    "deepseek": ("deepseek", 3, {"depth": 2}),
-    "deepseek_shared_post_norm": ("deepseek", 3, {"depth": 2, "share_depth_weights": True, "hidden_input": "post_norm"}),
+HEADS = {  # every registered head, and variants
+    **cases(),
+    "linear_replicated": case("linear", unembedding="replicated"),
+    "deepseek_shared_post_norm": case("deepseek", share_depth_weights=True, hidden_input="post_norm"),
     # transformers' / vLLM's MTP loop: depth d + 1 reads depth d's output after the shared final norm
-    "deepseek_normed_chain": ("deepseek", 3, {"depth": 2, "hidden_input": "post_norm", "chain_state": "normed"}),
+    "deepseek_normed_chain": case("deepseek", hidden_input="post_norm", chain_state="normed"),
 }
 VARIANTS = [(head, matched, tie) for head in HEADS for matched in ("blocks", "none") for tie in (True, False)]  # head.compute_match
 
 
 def model64(head: str, matched: str, tie: bool, seed: int = 0):
-    name, k, extra = HEADS[head]
+    name, k, extra = split(HEADS[head])
     if head == "linear_replicated" and tie is False:
         pass  # replicated projections are separate Parameters either way; untied trunk too
     return build_model(name, k, seed=seed, layers=5, tie=tie, compute_match=matched, **extra).double().eval()

@@ -20,6 +20,7 @@ import torch
 
 import lab.decode.acceptance as acceptance
 from lab.decode import generate
+from tests.head_cases import case, split, without
 from tests.helpers import make_batch, model_config
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
@@ -29,22 +30,18 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra
 
 VOCAB = 3
 PROMPT = [2, 0, 1, 1]
-HEADS = {
-    "identity": ("identity", 3, {}),
-    "linear": ("linear", 3, {}),
-    "linear_replicated": ("linear", 3, {"unembedding": "replicated"}),
-    "parallel": ("parallel", 3, {}),
-    "causal": ("causal", 3, {}),
-    "anticausal": ("anticausal", 3, {}),
-    "deepseek_d1": ("deepseek", 2, {"depth": 1}),
-    "deepseek_d2": ("deepseek", 3, {"depth": 2}),
-    "deepseek_d2_shared": ("deepseek", 3, {"depth": 2, "share_depth_weights": True}),
+HEADS = {  # every drafting head (ntp drafts nothing)
+    **without("ntp", "deepseek"),  # deepseek: by depth below
+    "linear_replicated": case("linear", unembedding="replicated"),
+    "deepseek_d1": case("deepseek", 2),
+    "deepseek_d2": case("deepseek"),
+    "deepseek_d2_shared": case("deepseek", share_depth_weights=True),
 }
 INDEPENDENT = [h for h in HEADS if not h.startswith("deepseek")]
 
 
 def tiny(head: str, seed: int = 3):
-    name, k, extra = HEADS[head]
+    name, k, extra = split(HEADS[head])
     torch.manual_seed(seed)
     cfg = model_config(2, vocab=VOCAB, d_model=8)
     return MTPModel(cfg, head_config({"name": name, "k": k, "compute_match": "none", **extra})).double().eval()

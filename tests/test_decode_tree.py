@@ -15,26 +15,23 @@ from lab.decode.tree import TreeShape, tree_shape
 from lab.errors import ConfigError
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
+from tests.head_cases import case, split, without
 from tests.helpers import make_batch, model_config
 from tests.test_speculative import fit_counting
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
-HEADS = {
-    "identity": ("identity", 4, {}),
-    "linear": ("linear", 4, {}),
-    "linear_replicated": ("linear", 4, {"unembedding": "replicated"}),
-    "parallel": ("parallel", 4, {}),
-    "parallel_2_layers": ("parallel", 4, {"n_layers": 2}),
-    "causal": ("causal", 4, {}),
-    "anticausal": ("anticausal", 4, {}),
+HEADS = {  # every head whose horizons draft independently (ntp drafts nothing, deepseek chains its drafts)
+    **without("ntp", "deepseek", k=4),
+    "linear_replicated": case("linear", 4, unembedding="replicated"),
+    "parallel_2_layers": case("parallel", 4, n_layers=2),
 }
 TREES = [[2, 2, 2], [4, 3, 2], [3, 1, 1], [[0, 0, 0], [0, 1], [1, 0, 0], [1, 0, 1], [2]]]
 TIMES = ("prefill_time_s", "draft_time_s", "verify_time_s", "total_time_s", "tokens_per_s", "time_split_s")
 
 
 def model64(head: str, seed: int = 0):
-    name, k, extra = HEADS[head]
+    name, k, extra = split(HEADS[head])
     torch.manual_seed(seed)
     return MTPModel(model_config(2, d_model=16), head_config({"name": name, "k": k, "compute_match": "none", **extra})).double().eval()
 

@@ -11,7 +11,7 @@ import pytest
 from lab.checkpoint.check_release import check_main
 from lab.checkpoint.deepseek_layout import inspect_layout
 from lab.checkpoint.export import main as lab_export
-from tests.cli import SUBPROCESS_TIMEOUT
+from tests.cli import SUBPROCESS_TIMEOUT, command_in_process
 from tests.deepseek_fixtures import write_deepseek_release
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -83,9 +83,9 @@ def test_cli_check_exit_codes_and_one_line_refusals(complete, tmp_path):
     assert ok.returncode == 0 and "MTP completeness: PASS" in ok.stdout, ok.stderr[-2000:]
     assert ok.stderr.strip() == ""  # transformers' load report is the gate lines, not a table on stderr
     broken = write_deepseek_release(tmp_path / "broken", depth=1, drop_layers=(2,))
-    failed = subprocess.run(["lab-export", "--check", str(broken)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    failed = command_in_process("lab-export", "--check", str(broken))  # the real process: the passing check above
     assert failed.returncode == 1 and "MTP completeness: FAIL (MTP layer 2 (model.layers.2.*) is missing entirely)" in failed.stdout
-    missing = subprocess.run(["lab-export", "--check", str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    missing = command_in_process("lab-export", "--check", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [f"error: DIR: no such folder: {tmp_path / 'nowhere'}"]
 
 

@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_leaves
 from lab.objective import Progress
 from lab.objective.objective import Objective
 from lab.training.step import train_step
+from tests.head_cases import case, cases
 from tests.helpers import build_model, packed_batch
 
 FACTORIES = {torch.tensor, torch.as_tensor, torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.eye,
@@ -81,8 +82,7 @@ class DeviceWaits(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-HEADS = [dict(name="ntp"), dict(name="linear", k=3), dict(name="parallel", k=3), dict(name="causal", k=3),
-         dict(name="anticausal", k=3, compute_match="none"), dict(name="deepseek", k=3, depth=2)]
+HEADS = list({**cases(), "anticausal": case("anticausal", compute_match="none")}.values())  # every registered head
 
 
 class BackwardOnly:

@@ -32,7 +32,7 @@ from lab.model.trunk import RMSNorm
 from lab.training.module import MTPLitModule
 from lab.training.step import local_counts
 from tests.helpers import VOCAB, build_model, horizon_sums, make_batch, model_config, packed_batch
-from tests.cli import TINY, lab_train, wandb_history_keys, SUBPROCESS_TIMEOUT
+from tests.cli import TINY, lab_train, lab_train_in_process, wandb_history_keys
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
@@ -357,9 +357,9 @@ def test_diagnostics_preset_logs_every_design_name_to_csv_and_wandb(tmp_path, ca
 
 def test_bad_group_pattern_is_one_line_cli_error(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
-    result = lab_train(
+    result = lab_train_in_process(
         *TINY, "callbacks=diagnostics", "head=parallel", "head.k=2", "+callbacks.grad_diagnostics.groups.attn=[trunk.attn*]",
-        f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT,
+        f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path,
     )
     assert result.returncode == 2, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]

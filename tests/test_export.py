@@ -10,18 +10,17 @@ import pytest
 import torch
 
 from lab.checkpoint.export import export, load_release, load_release_tokenizer
+from tests.head_cases import case, overrides, without
 from tests.fit_helpers import compose_cfg, fit
 from tests.cli import SUBPROCESS_TIMEOUT
 
-HEADS = {
-    "parallel": ["head=parallel", "head.k=3"],
-    "causal": ["head=causal", "head.k=3"],
-    "anticausal": ["head=anticausal", "head.k=2"],  # horizon 1 runs through every stack
-    "linear": ["head=linear", "head.k=3"],
-    "linear_replicated": ["head=linear", "head.k=2", "head.unembedding=replicated"],
-    "deepseek_bpe": ["head=deepseek", "head.depth=2", "data.tokenizer=bpe", "data.vocab_size=300"],
-    "medusa_replicated": ["head=medusa", "head.k=3", "head.unembedding=replicated"],  # horizon 1 keeps the trunk's lm_head
-}
+HEADS = {name: overrides(head) for name, head in {  # every head with extra horizons to export
+    **without("ntp", "identity", "medusa", "deepseek", "anticausal"),
+    "anticausal": case("anticausal", 2),  # horizon 1 runs through every stack
+    "linear_replicated": case("linear", 2, unembedding="replicated"),
+    "medusa_replicated": case("medusa", unembedding="replicated"),  # horizon 1 keeps the trunk's lm_head
+}.items()}
+HEADS["deepseek_bpe"] = [*overrides(case("deepseek")), "data.tokenizer=bpe", "data.vocab_size=300"]
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from lab.decode.proposers import DeepSeekChain
 from lab.errors import ConfigError
 from lab.model import build_model
 from lab.train import CONF_DIR
-from tests.cli import SUBPROCESS_TIMEOUT, TINY
+from tests.cli import SUBPROCESS_TIMEOUT, TINY, command_in_process
 from tests.deepseek_fixtures import DEEPSEEK, N_MAIN, write_deepseek_release
 from tests.fit_helpers import fit
 from tests.helpers import make_batch
@@ -246,8 +246,7 @@ def test_without_layer_n_it_loads_as_a_target_and_is_refused_as_a_proposer(tmp_p
     plain = subprocess.run(["lab-generate", str(folder), "--prompt", "def f1(x):", "--max-new-tokens", "4"], capture_output=True, text=True,
                            timeout=SUBPROCESS_TIMEOUT)
     assert plain.returncode == 0, plain.stderr[-2000:]
-    refused = subprocess.run(["lab-generate", str(folder), "--prompt", "def f1(x):", "--speculative"], capture_output=True, text=True,
-                             timeout=SUBPROCESS_TIMEOUT)
+    refused = command_in_process("lab-generate", str(folder), "--prompt", "def f1(x):", "--speculative")  # the plain run: a real process
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [f"error: --speculative: {imported.proposer_refusal}"]
     from lab.checkpoint.init_from import load_parent_weights
 

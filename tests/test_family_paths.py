@@ -14,7 +14,7 @@ from lab.decode import generate
 from lab.errors import ConfigError
 from lab.model import build_model
 from lab.model.mtp_families import MTP_FAMILIES
-from tests.cli import TINY, lab_train
+from tests.cli import TINY, lab_train_in_process
 from tests.helpers import loss_and_grads
 from tests.test_hf_trunk import V, packed
 
@@ -105,8 +105,8 @@ def test_the_cli_refuses_what_the_family_cannot_run_before_any_run_folder(family
     head, start = CLI_REFUSALS[family]
     config = ",".join(f"{key}:{value}" for key, value in tiny_config(family).items())
     run_dir = tmp_path / "run"
-    out = lab_train(*[o for o in TINY if not o.startswith("model.")], "model=hf", "model.path=null", f"model.config={{{config}}}",
-                    "head=deepseek", "head.depth=1", *head, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+    out = lab_train_in_process(*[o for o in TINY if not o.startswith("model.")], "model=hf", "model.path=null", f"model.config={{{config}}}",
+                               "head=deepseek", "head.depth=1", *head, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2, out.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith(f"error: {start}") and f"model_type '{family}': " in lines[0], lines

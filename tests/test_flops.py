@@ -9,6 +9,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from lab.model.flops import block_forward_flops, forward_flops_per_sequence, training_flops_per_token
+from tests.head_cases import case, without
 from tests.helpers import build_model, model_config, packed_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -19,20 +20,23 @@ def test_block_flops_hand_computed():
     assert block_forward_flops(model_config(), 12) == 49_152 + 9_216
 
 
-def test_training_is_three_forwards_per_token():
+def test_training_flops_per_token_hand_computed():
+    # parallel K=2, 3 layers, next_token_path: 2 trunk blocks + 1 head block per horizon = 4 blocks of
+    # 58,368 on 12 rows; projections 2·(12-1)·16·37 + 2·(12-2)·16·37 = 24,864; forward 258,336.
+    # Training = forward + backward (2 × forward), per token of 12: 3·258,336 / 12 = 64,584.
     model = build_model("parallel", 2, layers=3)
-    assert training_flops_per_token(model, 12) == 3 * forward_flops_per_sequence(model, 12) / 12
+    assert len(model.trunk.blocks) == 2
+    assert forward_flops_per_sequence(model, 12) == 4 * (49_152 + 9_216) + 24_864
+    assert training_flops_per_token(model, 12) == 64_584
 
 
-HEADS = {
-    "ntp": dict(name="ntp", k=1),
-    "linear": dict(name="linear", k=3),
-    "linear_replicated": dict(name="linear", k=3, unembedding="replicated"),
-    "parallel_2_layers": dict(name="parallel", k=3, n_layers=2),
-    "causal_detached": dict(name="causal", k=3, trunk_grad="detached"),
-    "anticausal_detached": dict(name="anticausal", k=3, trunk_grad="detached"),
-    "deepseek": dict(name="deepseek", k=3, depth=2),
-    "deepseek_shared": dict(name="deepseek", k=3, depth=2, share_depth_weights=True),
+HEADS = {  # every registered head (parallel, causal and anticausal as variants)
+    **without("parallel", "causal", "anticausal"),
+    "linear_replicated": case("linear", unembedding="replicated"),
+    "parallel_2_layers": case("parallel", n_layers=2),
+    "causal_detached": case("causal", trunk_grad="detached"),
+    "anticausal_detached": case("anticausal", trunk_grad="detached"),
+    "deepseek_shared": case("deepseek", share_depth_weights=True),
 }
 
 

@@ -9,23 +9,16 @@ from lab.decode import generate
 from lab.errors import ConfigError
 from lab.model.heads import HeadConfig
 from lab.model.mtp import MTPModel
+from tests.head_cases import case, cases, split
 from tests.helpers import build_model, make_batch, model_config
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
-HEADS = {
-    "ntp": ("ntp", 1, {}),
-    "linear": ("linear", 3, {}),
-    "parallel": ("parallel", 3, {}),
-    "causal": ("causal", 3, {}),
-    "anticausal": ("anticausal", 2, {}),
-    "deepseek": ("deepseek", 3, {"depth": 2}),
-    "identity": ("identity", 3, {}),
-}
+HEADS = {**cases(), "anticausal": case("anticausal", 2)}  # every registered head
 
 
 def model64(head: str, seed: int = 0, **overrides):
-    name, k, extra = HEADS[head]
+    name, k, extra = split(HEADS[head])
     return build_model(name, k, seed=seed, layers=4, **{**extra, **overrides}).double().eval()
 
 

@@ -127,7 +127,7 @@ def test_a_bad_gguf_through_the_cli_is_one_line_exit_2_and_no_run_folder(gguf_fi
     run_dir = tmp_path / "run"
     bad = write_llama_gguf(tmp_path / "q81.gguf", qtype="Q8_1")
     out = lab_train(*NOT_MODEL, "model=hf", f"model.path={bad}", f"model.gguf_cache_dir={tmp_path / 'gguf'}", "head=parallel", "head.k=2",
-                    f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+                    f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: model.path:") and "Q8_1" in lines[0], out.stderr[-2000:]
     assert not run_dir.exists() and entries(tmp_path / "gguf") == []

@@ -10,22 +10,19 @@ from lab.labels import chain_masks, horizon_mask
 from lab.model.heads import head_class, head_config
 from lab.model.mtp import MTPModel, alias_groups, parameter_table
 from lab.model.trunk import Block
+from tests.head_cases import case, cases
 from tests.helpers import PAD, VOCAB, assert_close_rel, build_model, horizon_sums, loss_and_grads, make_batch, model_config, packed_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
-# Every head at K = 3 (DeepSeek depth 2), with the default compute matching where the depth allows it.
+# Every registered head at K = 3 (DeepSeek depth 2) and variants, with the default compute matching where the depth allows it.
 CASES = {
-    "ntp": dict(name="ntp", k=1),
-    "linear": dict(name="linear", k=3),
-    "linear_replicated": dict(name="linear", k=3, unembedding="replicated"),
-    "parallel": dict(name="parallel", k=3),
-    "causal": dict(name="causal", k=3),
-    "anticausal": dict(name="anticausal", k=3, layers=4),
-    "deepseek": dict(name="deepseek", k=3, depth=2),
-    "deepseek_shared": dict(name="deepseek", k=3, depth=2, share_depth_weights=True),
-    "medusa": dict(name="medusa", k=3, n_layers=2),
-    "medusa_replicated": dict(name="medusa", k=3, unembedding="replicated"),
+    **cases(),
+    "linear_replicated": case("linear", unembedding="replicated"),
+    "anticausal": case("anticausal", layers=4),
+    "deepseek_shared": case("deepseek", share_depth_weights=True),
+    "medusa": case("medusa", n_layers=2),
+    "medusa_replicated": case("medusa", unembedding="replicated"),
 }
 # The transformers trunk (a tiny Llama of the same width, vocabulary and depth: tests/helpers.py) runs the
 # packing, hole and causality tests too.
@@ -204,7 +201,7 @@ def test_deepseek_normed_chain_feeds_depth_2_the_final_normed_depth_1_output():
 # ---------------------------------------------------------------- 2. gradient ownership
 
 
-@pytest.mark.parametrize("case", MTP_CASES)
+@pytest.mark.parametrize("case", [c for c in MTP_CASES if list(case_model(c).head.parameters())])  # a head with parameters of its own
 def test_detached_trunk_gets_no_gradient_from_extra_horizons(case):
     batch = packed_batch()
     joint = case_model(case, tie=False)

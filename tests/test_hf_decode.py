@@ -6,30 +6,27 @@ import pytest
 import torch
 
 from lab.decode import generate
+from tests.head_cases import case, split, without
 from tests.helpers import build_model
 from tests.test_speculative import assert_greedy_speculative_equals_plain, fit_counting
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 VOCAB = 37
-HEADS = {
-    "linear": ("linear", 3, {}),
-    "parallel": ("parallel", 3, {}),
-    "causal": ("causal", 3, {}),
-    "anticausal": ("anticausal", 3, {}),
-    "deepseek_d2": ("deepseek", 3, {"depth": 2}),
-    "medusa": ("medusa", 4, {"n_layers": 2}),
-    "identity": ("identity", 3, {}),
+HEADS = {  # every drafting head (ntp drafts nothing)
+    **without("ntp", "deepseek"),  # deepseek: by depth below
+    "deepseek_d2": case("deepseek"),
+    "medusa": case("medusa", 4, n_layers=2),
     # head.block=native: head blocks are the Llama's own decoder layer (lab/model/native_layers.py)
-    "parallel_native": ("parallel", 3, {"block": "native"}),
-    "causal_native": ("causal", 3, {"block": "native", "n_layers": 2}),
-    "anticausal_native": ("anticausal", 3, {"block": "native"}),
-    "deepseek_d2_native": ("deepseek", 3, {"depth": 2, "block": "native"}),
+    "parallel_native": case("parallel", block="native"),
+    "causal_native": case("causal", block="native", n_layers=2),
+    "anticausal_native": case("anticausal", block="native"),
+    "deepseek_d2_native": case("deepseek", block="native"),
 }
 
 
 def hf_model(head: str, seed: int = 0):
-    name, k, extra = HEADS.get(head, ("ntp", 1, {}))
+    name, k, extra = split(HEADS.get(head, case("ntp")))
     return build_model(name, k, seed=seed, trunk="hf", layers=2, **extra).double().eval()
 
 
@@ -46,7 +43,7 @@ def test_plain_greedy_equals_transformers_generate():
 
 def draft_steps_for(head: str) -> list:
     """As the GPT test (tests/test_speculative.py): DeepSeek also drafts beyond its depth (modules reused)."""
-    name, _, extra = HEADS[head]
+    name, _, extra = split(HEADS[head])
     return sorted({1, extra["depth"], extra["depth"] + 2}) + [None] if name == "deepseek" else [None, 1]
 
 

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from lab.model.lora import merged_copy
 from lab.train import CONF_DIR
-from tests.cli import TINY, lab_train
+from tests.cli import SUBPROCESS_TIMEOUT, TINY, lab_train, lab_train_in_process
 from tests.fit_helpers import fit
 from tests.hf_fixtures import write_llama, write_tokenizer
 
@@ -89,13 +89,14 @@ BAD = {
 }
 
 
-# Each case starts the CLI (~10 s idle, more under load): the hub case always runs, the rest with the slow tests.
-@pytest.mark.parametrize("case", [case if case == "hub name" else pytest.param(case, marks=pytest.mark.slow) for case in BAD])
+# The hub case as a real process (~10 s idle to start, more under load), the others in this process.
+@pytest.mark.parametrize("case", list(BAD))
 def test_bad_hf_input_is_one_line_exit_2_and_no_run_folder(case, llama_dir, cache_dir, tmp_path):
     overrides, field, words = BAD[case]
     run_dir = tmp_path / "run"
-    out = lab_train(*NOT_MODEL, "model=hf", f"model.path={llama_dir}", "head=parallel", "head.k=2", *overrides,
-                    f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+    start = lab_train if case == "hub name" else lab_train_in_process
+    out = start(*NOT_MODEL, "model=hf", f"model.path={llama_dir}", "head=parallel", "head.k=2", *overrides,
+                f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2, out.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}:") and words in lines[0], lines
@@ -111,7 +112,7 @@ def test_tokenizer_problems_are_refused_in_one_line(tmp_path, cache_dir):
     for overrides, field, words in (([f"model.path={no_tokenizer}"], "model.path", "no tokenizer"),
                                     ([f"model.path={small_model}", f"model.tokenizer_path={big_tokenizer}"], "model.tokenizer_path", "only 100")):
         run_dir = tmp_path / "run"
-        out = lab_train(*NOT_MODEL, "model=hf", *overrides, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+        out = lab_train(*NOT_MODEL, "model=hf", *overrides, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}:") and words in lines[0], out.stderr[-2000:]
         assert not run_dir.exists()
@@ -193,7 +194,7 @@ def test_lab_generate_decodes_a_lora_checkpoint_and_refuses_another_base(llama_d
     assert generate(loaded.model, prompt, 12, speculative=True).tokens == generate(trained, prompt, 12).tokens
 
     out = subprocess.run([sys.executable, "-m", "lab.decode.cli", str(tmp_path / "run"), "--prompt", "def f1(x):", "--max-new-tokens", "8",
-                          "--speculative"], capture_output=True, text=True, timeout=600)
+                          "--speculative"], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert out.returncode == 0, out.stderr[-2000:]
 
     # the base folder now holds other weights: refused in one line
@@ -202,7 +203,7 @@ def test_lab_generate_decodes_a_lora_checkpoint_and_refuses_another_base(llama_d
     (llama_dir.parent / "swapped" / "model.safetensors").rename(llama_dir / "model.safetensors")
     try:
         out = subprocess.run([sys.executable, "-m", "lab.decode.cli", str(tmp_path / "run"), "--prompt", "x"],
-                             capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     finally:
         (tmp_path / "kept.safetensors").replace(llama_dir / "model.safetensors")
     lines = out.stderr.strip().splitlines()

@@ -25,7 +25,8 @@ from lab.objective.weights import Progress
 from lab.training.hidden_cache import HIDDEN, open_hidden_cache
 from lab.train import CONF_DIR
 from lab.training.step import train_step
-from tests.cli import TINY, lab_train, read_run
+from tests.head_cases import case, without, without
+from tests.cli import TINY, lab_train, read_run, runner
 from tests.fit_helpers import fit
 from tests.hf_fixtures import write_llama
 from tests.helpers import hf_llama_config, make_batch
@@ -36,13 +37,8 @@ VOCAB, SEQ = 61, 12
 NOT_MODEL = [o for o in TINY if not o.startswith("model.")]
 # Every head family that has Parameters of its own on a frozen trunk (identity has none: frozen refuses it).
 HEADS = {
-    "parallel": {"name": "parallel", "k": 3},
-    "causal": {"name": "causal", "k": 3},
-    "anticausal": {"name": "anticausal", "k": 3},
-    "linear": {"name": "linear", "k": 3},
-    "deepseek": {"name": "deepseek", "depth": 2},
-    "medusa": {"name": "medusa", "k": 3},
-    "medusa-replicated": {"name": "medusa", "k": 3, "unembedding": "replicated"},
+    **without("ntp", "identity"),
+    "medusa-replicated": case("medusa", unembedding="replicated"),
 }
 
 
@@ -264,7 +260,7 @@ def test_lab_train_builds_the_cache_once_and_records_it(llama_dir, tmp_path):
             "trainer.max_steps=2", "trainer.val_check_interval=2")
     records = []
     for name in ("first", "second"):
-        out = lab_train(*args, f"hydra.run.dir={tmp_path / name}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+        out = lab_train(*args, f"hydra.run.dir={tmp_path / name}", cache_dir=cache_dir, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-3000:]
         records.append(read_run(tmp_path / name)["hidden_cache"])
     assert records[0]["built"] and not records[1]["built"] and records[0]["key"] == records[1]["key"]
@@ -278,14 +274,15 @@ REFUSED = {
 }
 
 
-@pytest.mark.parametrize("case", [c if c == "a trunk that trains" else pytest.param(c, marks=pytest.mark.slow) for c in REFUSED])
+@pytest.mark.parametrize("case", list(REFUSED))
 def test_lab_train_refuses_what_the_cache_cannot_serve_in_one_line(case, llama_dir, cache_dir, tmp_path):
+    """The first case as a real process, the others in this process (tests/cli.py `runner`)."""
     overrides, words = REFUSED[case]
     run_dir = tmp_path / "run"
     entries = lambda: sorted((Path(cache_dir) / "hidden").glob("*"))  # noqa: E731 (other tests' entries may be there)
     before = entries()
-    out = lab_train(*NOT_MODEL, "model=hf", f"model.path={llama_dir}", "head=medusa", "head.k=3", "hidden_cache=true", *overrides,
-                    f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+    out = runner(overrides, {"head.trunk_grad=joint"})(*NOT_MODEL, "model=hf", f"model.path={llama_dir}", "head=medusa", "head.k=3",
+                                                      "hidden_cache=true", *overrides, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2, out.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: hidden_cache:") and words in lines[0], lines

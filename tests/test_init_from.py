@@ -13,7 +13,7 @@ import torch
 from lab.errors import ConfigError
 from lab.checkpoint.export import export, sha256_file
 from lab.train import build
-from tests.cli import TINY, lab_train, SUBPROCESS_TIMEOUT
+from tests.cli import SUBPROCESS_TIMEOUT, TINY, lab_train, lab_train_in_process
 from tests.fit_helpers import fit
 
 FROZEN = ("head=parallel", "head.k=3", "head.compute_match=none", "head.trunk_grad=frozen")
@@ -81,8 +81,8 @@ def test_init_from_refuses_a_parent_of_another_shape(tiny_cfg, parent):
 
 def test_init_from_with_another_vocabulary_is_one_line_exit_2_through_the_cli(tmp_path, cache_dir, parent):
     run_dir = tmp_path / "child"
-    result = lab_train(*TINY, *FROZEN, "model.n_layers=2", "model.vocab_size=300", f"init_from={parent}",
-                       f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
+    result = lab_train_in_process(*TINY, *FROZEN, "model.n_layers=2", "model.vocab_size=300", f"init_from={parent}",
+                                  f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and lines[0].startswith("error: init_from: vocab_size differs: the parent has "), result.stderr[-2000:]
@@ -91,7 +91,7 @@ def test_init_from_with_another_vocabulary_is_one_line_exit_2_through_the_cli(tm
 
 
 def test_init_from_a_missing_path_is_refused_before_the_run(tmp_path, cache_dir):
-    result = lab_train(*TINY, f"init_from={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'run'}", cache_dir=cache_dir, cwd=tmp_path)
+    result = lab_train_in_process(*TINY, f"init_from={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'run'}", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: init_from: no checkpoint")
     assert not (tmp_path / "run").exists()
 

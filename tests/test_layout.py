@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.head_cases import HEAD_NAMES
+
 LAB = Path(__file__).resolve().parents[1] / "lab"
 # Lower first: each unit imports only units before it (and itself).
 LAYERS = ["errors", "schema", "labels", "data", "model", "objective", "checkpoint", "training", "decode", "callbacks",
           "config", "report", "run", "tracking", "train"]
-HEAD_NAMES = ("ntp", "linear", "parallel", "causal", "anticausal", "deepseek", "identity", "medusa")
 
 
 def module_name(path: Path) -> str:

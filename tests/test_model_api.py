@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.cli import SUBPROCESS_TIMEOUT
+
 
 @pytest.mark.parametrize("first", ["lab.model", "lab.model.mtp", "lab.model.heads", "lab.model.trunk", "lab.model.flops", "lab.decode"])
 def test_build_model_imports_from_lab_model_whatever_loads_first(first):
@@ -15,5 +17,5 @@ def test_build_model_imports_from_lab_model_whatever_loads_first(first):
             "from lab.model import build_model, MTPModel\n"
             "m = build_model({'vocab_size': 13, 'd_model': 32}, {'name': 'deepseek', 'depth': 2})\n"
             "assert isinstance(m, MTPModel) and m.k == 3 and m.model_cfg.vocab_size == 13\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert done.returncode == 0, done.stderr

@@ -12,6 +12,7 @@ import torch
 
 from lab.decode import generate
 from lab.model.mtp import build_model
+from tests.head_cases import case, cases
 from tests.moe_fixtures import MOE_BLOCKS, MOE_FAMILIES, V, moe_model_config
 from tests.helpers import horizon_sums
 from tests.test_hf_trunk import packed
@@ -20,17 +21,10 @@ from tests.test_speculative import assert_greedy_speculative_equals_plain, fit_c
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-HEADS = {
-    "ntp": {"name": "ntp"},
-    "linear": {"name": "linear", "k": 3},
-    "parallel": {"name": "parallel", "k": 3},
-    "causal": {"name": "causal", "k": 3},
-    "anticausal": {"name": "anticausal", "k": 3},
-    "deepseek": {"name": "deepseek", "depth": 2},
-    "identity": {"name": "identity", "k": 3},
-    "medusa": {"name": "medusa", "k": 3},
-    "deepseek_native": {"name": "deepseek", "depth": 2, "block": "native"},
-    "parallel_native": {"name": "parallel", "k": 3, "block": "native"},
+HEADS = {  # every registered head, and native-block variants
+    **cases(),
+    "deepseek_native": case("deepseek", block="native"),
+    "parallel_native": case("parallel", block="native"),
 }
 
 

@@ -14,7 +14,7 @@ from lab.labels import chain_masks
 from lab.model.moe import RouterConfig, RouterPlace, RouterTap, load_statistics, router_places
 from lab.model.mtp import build_model
 from lab.training.router_balance import RouterBalance, sequence_balance_loss, updated_bias
-from tests.cli import TINY, lab_train, read_run
+from tests.cli import TINY, lab_train, lab_train_in_process, read_run
 from tests.moe_fixtures import MOE_FAMILIES, moe_model_config
 from tests.test_bad_inputs import assert_refused_in_one_line
 from tests.test_hf_trunk import packed
@@ -211,7 +211,7 @@ def test_bad_expert_counts_and_router_options_are_refused_in_one_line_leaving_no
     if overrides:  # the dense case: a llama config of the same size
         args = [*NOT_MODEL, "model=hf", config_override({**MOE_FAMILIES[family], "model_type": "llama", "vocab_size": 300}),
                 "data.tokenizer=bpe", "data.vocab_size=300"]
-    result = lab_train(*args, *overrides, "trainer.max_steps=2", cache_dir=cache_dir, cwd=cwd, timeout=600)
+    result = lab_train_in_process(*args, *overrides, "trainer.max_steps=2", cache_dir=cache_dir, cwd=cwd)
     assert_refused_in_one_line(result, field, cwd, set())
 
 

@@ -18,17 +18,16 @@ from lab.decode.target import CachedModel
 from lab.errors import ConfigError
 from lab.model.mtp import build_model
 from lab.model.native_layers import native_decoder_layer
+from tests.head_cases import case, cases
 from tests.test_decode_cache import full_horizon_logits, reference_next_token
 from tests.test_hf_trunk import FAMILIES, V, packed
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 LAYER_CLASSES = {"llama": "LlamaDecoderLayer", "qwen2": "Qwen2DecoderLayer"}
-HEADS = {
-    "parallel": {"name": "parallel", "k": 3},
-    "causal": {"name": "causal", "k": 3, "n_layers": 2},
-    "anticausal": {"name": "anticausal", "k": 3},
-    "deepseek": {"name": "deepseek", "depth": 2},
+HEADS = {  # every head with transformer blocks of its own (block=native swaps them for the model's layer)
+    **cases("parallel", "anticausal", "deepseek"),
+    "causal": case("causal", n_layers=2),
 }
 
 

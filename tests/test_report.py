@@ -20,7 +20,7 @@ from lab.report.records import (
     sweep_from_wandb_runs,
 )
 from lab.report.table import sweep_dimensions, variants
-from tests.cli import SUBPROCESS_TIMEOUT
+from tests.cli import SUBPROCESS_TIMEOUT, command_in_process, lab_report, one_error_line
 
 HEADS = {"ntp": 1, "parallel": 4, "deepseek": 4}
 # parallel: +2 % parameters, +4 % FLOPs (within 5 %); deepseek: +20 % parameters, +10 % FLOPs.
@@ -211,33 +211,23 @@ def test_wandb_runs_convert_to_the_same_records(tmp_path):
     assert logged["overrides"] == ["head=ntp", "seed=0"]
 
 
-def lab_report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lab.report.cli", *args], check=False, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
-
-
-def one_error_line(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 2, result.stderr[-2000:]
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr, result.stderr
-    return lines[0]
-
-
 def test_lab_report_bad_input(tmp_path):
+    """The first refusal as a real process, the others through the console entry in this process."""
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "notes.txt").write_text("x")
     assert "not a sweep directory" in one_error_line(lab_report(str(plain)))
-    assert "no such directory" in one_error_line(lab_report(str(tmp_path / "missing")))
+    assert "no such directory" in one_error_line(command_in_process("lab-report", str(tmp_path / "missing")))
     dead = tmp_path / "dead"
     dead.mkdir()
     (dead / "multirun.yaml").write_text("hydra: {}\n")
-    assert "no completed runs (the sweep has no jobs)" in one_error_line(lab_report(str(dead)))
+    assert "no completed runs (the sweep has no jobs)" in one_error_line(command_in_process("lab-report", str(dead)))
     fake_job(dead, 0, "ntp", 0, status="failed", error="ValueError: Invalid learning rate: -1")
     fake_job(dead, 1, "ntp", 1, status="failed", error="FloatingPointError: non-finite loss at step 2")
-    line = one_error_line(lab_report(str(dead)))
+    line = one_error_line(command_in_process("lab-report", str(dead)))
     assert "no completed runs (2 failed" in line and "Invalid learning rate" in line
     assert not (dead / "runs.csv").exists() and not (dead / "report.md").exists()  # nothing half-written
-    assert "--group" in one_error_line(lab_report("--wandb", "entity/project"))
+    assert "--group" in one_error_line(command_in_process("lab-report", "--wandb", "entity/project"))
     with pytest.raises(ReportError):
         collect_sweep(plain)
 

@@ -21,6 +21,7 @@ from lab.report.render import decoding_table, loss_speedup_table
 from lab.report.speeds import SPEEDUP_HEADER
 from lab.report.sweep_figures import loss_speedup_points, variant_styles
 from lab.report.table import variants
+from tests.cli import SUBPROCESS_TIMEOUT
 
 # head -> (K, val/loss, decode/speedup, decode/tokens_per_forward, decode/degenerate); ntp decodes plainly
 JOBS = {
@@ -179,7 +180,7 @@ def page_width(html: Path, width: int) -> tuple[int, int]:
     script = '<script>document.title = document.documentElement.scrollWidth + " " + window.innerWidth;</script></body>'
     probe.write_text(html.read_text().replace("</body>", script))
     dom = subprocess.run([shutil.which("chromium"), "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},2000",
-                          "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=600).stdout
+                          "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT).stdout
     scroll, viewport = re.search(r"<title>(\d+) (\d+)</title>", dom).groups()
     return int(scroll), int(viewport)
 

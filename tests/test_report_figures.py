@@ -14,7 +14,7 @@ from lab.report.build import build_sweep_report
 from lab.report.sweep_figures import despiked_mean_curve, zero_based_ylim
 from lab.report.plotting import variant_style
 from lab.report.spikes import find_spikes, robust_range, running_median
-from tests.cli import SUBPROCESS_TIMEOUT
+from tests.cli import SUBPROCESS_TIMEOUT, command_in_process
 
 SPIKE_JOB, SPIKE_STEP, SPIKE_VALUE, LEVEL = 1, 12, 10.0, 2.6
 
@@ -109,7 +109,7 @@ def test_lab_report_refuses_single_runs_unless_forced(tmp_path):
     outputs.mkdir()
     write_job(outputs, 0, "ntp", 1)
     write_job(outputs, 1, "ntp", 1)
-    refused = subprocess.run([sys.executable, "-m", "lab.report.cli", str(outputs)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    refused = command_in_process("lab-report", str(outputs))  # in this process; the forced run below is a real one
     assert refused.returncode == 2, refused.stderr
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {outputs}: not a sweep directory") and "--force" in lines[0]

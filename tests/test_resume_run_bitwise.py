@@ -11,11 +11,8 @@ math in the same order) and end with the same weights and optimizer state.
 from __future__ import annotations
 
 import csv
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,9 +21,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from tests.cli import TINY, lab_train, read_run, SUBPROCESS_TIMEOUT
+from tests.cli import SUBPROCESS_TIMEOUT, TINY, kill_session, lab_train, read_run, start_lab_train, wait_for
 
-REPO = Path(__file__).resolve().parents[1]
 STEPS, KILL_AT = 8, 4
 
 
@@ -79,38 +75,20 @@ def job(corpus: Path, run_dir: Path) -> list[str]:
     ]
 
 
-def start_train(*overrides: str, cache_dir: Path, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
-    # Own session: a kill reaches every rank Lightning started (killpg).
-    return subprocess.Popen(
-        [sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )
-
-
 def run_and_kill(job_a: list[str], job_b: list[str], marker: Path, cache_dir: Path, cwd: Path) -> None:
     """Run A to the end; SIGKILL run B (every process of it) once its step-KILL_AT checkpoint is on disk."""
-    a = start_train(*job_a, cache_dir=cache_dir, cwd=cwd)
-    b = start_train(
+    a = start_lab_train(*job_a, cache_dir=cache_dir, cwd=cwd)
+    b = start_lab_train(
         *job_b, "+callbacks.stall._target_=tests.test_resume_run_bitwise.StallAfterStep",
         f"+callbacks.stall.step={KILL_AT}", f"+callbacks.stall.marker={marker}", cache_dir=cache_dir, cwd=cwd,
     )
     try:
-        deadline = time.monotonic() + 400
-        while not marker.exists():
-            assert b.poll() is None, f"run B ended before its checkpoint: {b.stderr.read()[-3000:]}"
-            assert time.monotonic() < deadline, "run B never reached its step-4 checkpoint"
-            time.sleep(0.2)
-        os.killpg(b.pid, signal.SIGKILL)  # a hard kill, not a clean stop
-        assert b.wait(timeout=60) == -signal.SIGKILL
+        wait_for(marker, b, f"run B reached its step-{KILL_AT} checkpoint")
+        assert kill_session(b) == -signal.SIGKILL  # a hard kill of every process of run B, not a clean stop
         assert a.wait(timeout=SUBPROCESS_TIMEOUT) == 0, a.stderr.read()[-3000:]
     finally:
         for process in (a, b):
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait()
+            kill_session(process)
 
 
 def train_rows(run_dir: Path) -> dict[int, dict]:
@@ -120,8 +98,7 @@ def train_rows(run_dir: Path) -> dict[int, dict]:
 
 
 @pytest.mark.slow  # ~90 s / ~45 s alone; the chaos and signal tests (slow too) kill and resume the same way
-def test_killed_run_resumes_bitwise(tmp_path, cache_dir, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(REPO))  # run B imports StallAfterStep from this file
+def test_killed_run_resumes_bitwise(tmp_path, cache_dir):
     corpus = write_corpus(tmp_path / "corpus.txt")
     run_a, run_b, marker = tmp_path / "a", tmp_path / "b", tmp_path / "stalled"
     run_and_kill(job(corpus, run_a), job(corpus, run_b), marker, cache_dir, tmp_path)
@@ -161,9 +138,8 @@ def test_killed_run_resumes_bitwise(tmp_path, cache_dir, monkeypatch):
 
 
 @pytest.mark.slow
-def test_killed_ddp_run_resumes_like_an_uninterrupted_one(tmp_path, cache_dir, monkeypatch):
+def test_killed_ddp_run_resumes_like_an_uninterrupted_one(tmp_path, cache_dir):
     """2-process DDP (gloo): every rank's RNG streams, losses, λ and weights continue exactly after a kill."""
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
     corpus = write_corpus(tmp_path / "corpus.txt")
     run_a, run_b, marker = tmp_path / "a", tmp_path / "b", tmp_path / "stalled"
     ddp = ["trainer=ddp_cpu", "+callbacks.rank_probe._target_=tests.test_resume_run_bitwise.RankProbe"]

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 
-from tests.cli import TINY, read_run, SUBPROCESS_TIMEOUT
+from tests.cli import TINY, kill_session, read_run, run_module, start_lab_train, wait_for
 
-REPO = Path(__file__).resolve().parents[1]
 STEPS, KILL_AT = 8, 4
 
 
@@ -35,7 +30,6 @@ class StallOnce(pl.Callback):
 
 @pytest.mark.slow
 def test_lab_resume_finishes_a_sweep_with_one_killed_job(tmp_path, cache_dir):
-    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
     sweep, marker = tmp_path / "sweep", tmp_path / "stalled"
     tiny = [o for o in TINY if not o.startswith("trainer.max_steps")]
     overrides = [
@@ -43,27 +37,17 @@ def test_lab_resume_finishes_a_sweep_with_one_killed_job(tmp_path, cache_dir):
         "+callbacks.stall._target_=tests.test_resume_sweep.StallOnce", f"+callbacks.stall.step={KILL_AT}",
         f"+callbacks.stall.marker={marker}", "+callbacks.stall.head=parallel", f"hydra.sweep.dir={sweep}",
     ]
-    process = subprocess.Popen([sys.executable, "-m", "lab.train", *overrides], cwd=tmp_path, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = start_lab_train(*overrides, cache_dir=cache_dir, cwd=tmp_path)
     try:
-        deadline = time.monotonic() + 300
-        while not marker.exists():
-            assert process.poll() is None, f"the sweep ended before job 1's checkpoint: {process.stderr.read()[-3000:]}"
-            assert time.monotonic() < deadline, "job 1 never reached its checkpoint"
-            time.sleep(0.2)
-        os.killpg(process.pid, signal.SIGKILL)  # the whole sweep dies mid-job
-        process.wait(timeout=60)
+        wait_for(marker, process, "job 1 reached its checkpoint")
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        kill_session(process)  # the whole sweep dies mid-job
     done, killed = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / ".hydra").exists())
     # the killed job's record still says running (issue 13: run.json is written when the attempt starts)
     assert read_run(done)["status"] == "ok" and read_run(killed)["status"] == "running" and not (sweep / "report.md").exists()
     done_record = (done / "run.json").read_bytes()
 
-    result = subprocess.run([sys.executable, "-m", "lab.run.resume", str(sweep)], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=SUBPROCESS_TIMEOUT)
+    result = run_module("lab.run.resume", str(sweep), cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"1 unfinished or failed job(s) in {sweep}" in result.stdout and f"resuming {killed.name} (running)" in result.stdout
     assert "ckpt_path=last" in result.stdout and "no checkpoint at" not in result.stderr  # it resumed, not restarted

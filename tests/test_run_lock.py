@@ -15,11 +15,8 @@ import pytorch_lightning as pl
 
 from lab.errors import ConfigError
 from lab.run.lock import LOCK_NAME, lock_directory, unlock_directory
-from tests.cli import FIXED_DECODING, TINY, lab_train, read_run
+from tests.cli import FIXED_DECODING, SUBPROCESS_TIMEOUT, TINY, cli_env, lab_train, read_run, run_module, start_lab_train, wait_for
 from tests.test_chaos import csv_rows
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 class HoldAfterFirstStep(pl.Callback):
     """Writes `marker` after the first step and waits (up to 5 minutes) until `release` exists."""
@@ -35,10 +32,6 @@ class HoldAfterFirstStep(pl.Callback):
                 time.sleep(0.1)
 
 
-def env(cache_dir: Path) -> dict:
-    return {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-
-
 def one_error_line(stderr: str) -> str:
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
@@ -49,18 +42,13 @@ def one_error_line(stderr: str) -> str:
 def test_a_second_lab_train_on_a_busy_run_dir_stops_in_one_line_and_leaves_the_first_run_alone(tmp_path, cache_dir):
     run_dir, marker, release = tmp_path / "run", tmp_path / "first-step-done", tmp_path / "release"
     hold = ["+callbacks.hold._target_=tests.test_run_lock.HoldAfterFirstStep", f"+callbacks.hold.marker={marker}", f"+callbacks.hold.release={release}"]
-    first = subprocess.Popen([sys.executable, "-m", "lab.train", *TINY, *FIXED_DECODING, *hold, f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env(cache_dir),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = start_lab_train(*TINY, *FIXED_DECODING, *hold, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, stdout=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 600
-        while not marker.exists():
-            assert first.poll() is None, first.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "the first run never finished its first step"
-            time.sleep(0.2)
-        second = lab_train(*TINY, *FIXED_DECODING, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+        wait_for(marker, first, "the first run finished its first step")
+        second = lab_train(*TINY, *FIXED_DECODING, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
     finally:
         release.write_text("go")
-        _, first_err = first.communicate(timeout=600)
+        _, first_err = first.communicate(timeout=SUBPROCESS_TIMEOUT)
     assert first.returncode == 0, first_err[-3000:]
     assert second.returncode != 0
     line = one_error_line(second.stderr)
@@ -70,7 +58,7 @@ def test_a_second_lab_train_on_a_busy_run_dir_stops_in_one_line_and_leaves_the_f
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1
 
     alone = tmp_path / "alone"
-    single = lab_train(*TINY, *FIXED_DECODING, f"hydra.run.dir={alone}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+    single = lab_train(*TINY, *FIXED_DECODING, f"hydra.run.dir={alone}", cache_dir=cache_dir, cwd=tmp_path)
     assert single.returncode == 0, single.stderr[-3000:]
     assert csv_rows((run_dir / "metrics.csv").read_text()) == csv_rows((alone / "metrics.csv").read_text())
 
@@ -80,7 +68,7 @@ def held_by_another_process(folder: Path):
     """A child process holding `folder`'s lock until the block ends; yields its pid."""
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from lab.run.lock import lock_directory; lock_directory(sys.argv[1], 'x'); print('held', flush=True); time.sleep(600)", str(folder)],
-        env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True,
+        env=cli_env(), stdout=subprocess.PIPE, text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -94,8 +82,7 @@ def test_lab_resume_on_a_sweep_another_process_holds_stops_in_one_line(tmp_path)
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     with held_by_another_process(sweep) as pid:
-        out = subprocess.run([sys.executable, "-m", "lab.run.resume", str(sweep)], env={**os.environ, "PYTHONPATH": str(REPO)},
-                             capture_output=True, text=True, timeout=600)
+        out = run_module("lab.run.resume", str(sweep), cache_dir=None, cwd=tmp_path)
     assert out.returncode == 2
     line = one_error_line(out.stderr)
     assert line.startswith("error: sweep_dir:") and f"pid {pid} on {socket.gethostname()}" in line, line

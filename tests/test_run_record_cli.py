@@ -14,24 +14,17 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from lab.training.timing import is_machine_state
-from tests.cli import FIXED_DECODING, TINY, read_run, SUBPROCESS_TIMEOUT
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.cli import FIXED_DECODING, SUBPROCESS_TIMEOUT, TINY, kill_session, lab_train, read_run, start_lab_train
 
 
 def run_cli(*overrides: str, cache_dir: Path, cwd: Path, prefix: tuple[str, ...] = (), umask: int | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0", "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "lab.train", *overrides], cwd=cwd, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT,
-        preexec_fn=None if umask is None else (lambda: os.umask(umask)),
-    )
+    return lab_train(*overrides, cache_dir=cache_dir, cwd=cwd, prefix=prefix, preexec_fn=None if umask is None else (lambda: os.umask(umask)))
 
 
 def unshare_works(*flags: str) -> bool:
@@ -206,10 +199,8 @@ def test_online_wandb_without_a_network_is_refused_in_one_line_before_anything_t
         probe.bind(("127.0.0.1", 0))
         closed = probe.getsockname()[1]  # free once the socket closes: nothing listens there
     run = tmp_path / "run"
-    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "online", "WANDB_BASE_URL": f"http://127.0.0.1:{closed}",
-           "WANDB_API_KEY": "x" * 40, "HYDRA_FULL_ERROR": "0", "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-m", "lab.train", *TINY, f"hydra.run.dir={run}"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    online = {"WANDB_MODE": "online", "WANDB_BASE_URL": f"http://127.0.0.1:{closed}", "WANDB_API_KEY": "x" * 40}
+    out = lab_train(*TINY, f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path, env=online)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
     assert last_error_line(out) == (f"error: logger.wandb.mode: online, but http://127.0.0.1:{closed} cannot be reached (connection refused); "
                                     "run with WANDB_MODE=offline (and `wandb sync` the run later) or fix the network")
@@ -259,23 +250,18 @@ def test_kills_during_a_validation_and_a_checkpoint_write_lose_no_row_and_leave_
     job = [*tiny, *FIXED_DECODING, "trainer.max_steps=6", "trainer.val_check_interval=2", "callbacks.checkpoint.every_n_train_steps=2",
            "+callbacks.chaos._target_=tests.chaos_hooks.KillAt"]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    base_env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
-    a = subprocess.Popen([sys.executable, "-m", "lab.train", *job, f"hydra.run.dir={whole}"], cwd=tmp_path, env=base_env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    a = start_lab_train(*job, f"hydra.run.dir={whole}", cache_dir=cache_dir, cwd=tmp_path)
     try:
         for point, resumed_from in (("validation@4", None), ("checkpoint_write@6", 2)):
             extra = [] if resumed_from is None else ["ckpt_path=last"]
-            out = subprocess.run([sys.executable, "-m", "lab.train", *job, *extra, f"hydra.run.dir={killed}"], cwd=tmp_path,
-                                 env={**base_env, **kill_env(point, killed)}, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+            out = lab_train(*job, *extra, f"hydra.run.dir={killed}", cache_dir=cache_dir, cwd=tmp_path, env=kill_env(point, killed))
             assert out.returncode == -9, (point, out.stderr[-3000:])
         assert list((killed / "checkpoints").glob(".*.partial")), "the kill must leave an orphaned temp file"
         out = run_cli(*job, "ckpt_path=last", f"hydra.run.dir={killed}", cache_dir=cache_dir, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-3000:]
         assert a.wait(timeout=SUBPROCESS_TIMEOUT) == 0, a.stderr.read()[-3000:]
     finally:
-        if a.poll() is None:
-            a.kill()
-            a.wait()
+        kill_session(a)
 
     def rows(run_dir: Path) -> list[dict]:
         return [{k: v for k, v in r.items() if not is_machine_state(k)} for r in csv.DictReader((run_dir / "metrics.csv").open())]

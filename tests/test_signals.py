@@ -4,21 +4,19 @@ uninterrupted run ends (metrics.csv rows, final metrics, final weights)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from lab.report.records import record_from_run_dir
+from tests import cli
 from tests.cli import FIXED_DECODING, TINY, read_run
 from lab.training.timing import is_machine_state
 from tests.test_chaos import csv_rows, row_differences
 
-REPO = Path(__file__).resolve().parents[1]
 STEPS = 8
 OVERRIDES = [*[o for o in TINY if not o.startswith("trainer.max_steps")], *FIXED_DECODING, f"trainer.max_steps={STEPS}",
              "callbacks.checkpoint.every_n_train_steps=100", "+callbacks.signal._target_=tests.chaos_hooks.SignalAt"]
@@ -26,10 +24,8 @@ OVERRIDES = [*[o for o in TINY if not o.startswith("trainer.max_steps")], *FIXED
 
 def lab_train(run_dir: Path, cwd: Path, cache_dir: Path, *extra: str, signal_at: str = "", where: str = "batch_end", times: int = 1) -> subprocess.CompletedProcess:
     """A foreground-like job: its own process group, which SIGINT (Ctrl-C) reaches as a whole."""
-    env = {**os.environ, "MTP_LAB_CACHE": str(cache_dir), "WANDB_MODE": "offline", "PYTHONPATH": str(REPO),
-           "HYDRA_FULL_ERROR": "0", "MTP_LAB_SIGNAL_AT": signal_at, "MTP_LAB_SIGNAL_WHERE": where, "MTP_LAB_SIGNAL_TIMES": str(times)}
-    return subprocess.run([sys.executable, "-m", "lab.train", *OVERRIDES, f"hydra.run.dir={run_dir}", *extra], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600, start_new_session=True)
+    signals = {"MTP_LAB_SIGNAL_AT": signal_at, "MTP_LAB_SIGNAL_WHERE": where, "MTP_LAB_SIGNAL_TIMES": str(times)}
+    return cli.lab_train(*OVERRIDES, f"hydra.run.dir={run_dir}", *extra, cache_dir=cache_dir, cwd=cwd, env=signals, start_new_session=True)
 
 
 def weights(run_dir: Path) -> dict:

@@ -16,27 +16,27 @@ from lab.decode.sampling import TokenChooser, sample, uniform
 from lab.decode.target import TRUNK, CachedModel
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
+from tests.head_cases import case, split, without
 from tests.helpers import horizon_sums, make_batch, model_config
 from tests.test_generate import chi_square_p_value
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
-HEADS = {
-    "linear": ("linear", 4, {}),
-    "linear_replicated": ("linear", 3, {"unembedding": "replicated"}),
-    "parallel": ("parallel", 4, {}),
-    "causal": ("causal", 3, {}),
-    "anticausal": ("anticausal", 3, {}),
-    "deepseek_d1": ("deepseek", 2, {"depth": 1}),
-    "deepseek_d2": ("deepseek", 3, {"depth": 2}),
-    "deepseek_d2_shared": ("deepseek", 3, {"depth": 2, "share_depth_weights": True}),
-    "medusa": ("medusa", 4, {"n_layers": 2}),
-    "medusa_replicated": ("medusa", 3, {"unembedding": "replicated"}),
+HEADS = {  # every drafting head (ntp drafts nothing; identity: tests/test_decode_law.py)
+    **without("ntp", "identity", "deepseek"),  # deepseek: by depth below
+    "linear": case("linear", 4),
+    "linear_replicated": case("linear", unembedding="replicated"),
+    "parallel": case("parallel", 4),
+    "deepseek_d1": case("deepseek", 2),
+    "deepseek_d2": case("deepseek"),
+    "deepseek_d2_shared": case("deepseek", share_depth_weights=True),
+    "medusa": case("medusa", 4, n_layers=2),
+    "medusa_replicated": case("medusa", unembedding="replicated"),
 }
 
 
 def model64(head: str, seed: int = 0, vocab: int | None = None, d_model: int = 16):
-    name, k, extra = HEADS[head]
+    name, k, extra = split(HEADS[head])
     torch.manual_seed(seed)
     cfg = model_config(4, vocab=vocab or 37, d_model=d_model)
     # next_token_path matching (the helpers' default): 4 layers carry K = 4 block heads on a 4-layer trunk path.
@@ -60,7 +60,7 @@ def fit_counting(model, steps: int = 30, vocab: int = 37, seed: int = 0):
 def draft_steps_for(head: str) -> list:
     if not head.startswith("deepseek"):
         return [None, 1]
-    depth = HEADS[head][2]["depth"]
+    depth = HEADS[head]["depth"]
     return sorted({1, depth, depth + 2}) + [None]
 
 

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from lab.report.records import collect_sweep
 from lab.report.sweep_plan import BASIC_SWEEPER, PLAN_NAME, SweepPlan, planned_jobs
+from tests.cli import SUBPROCESS_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,7 +38,7 @@ def test_planned_jobs_without_a_folder_are_listed_not_started_and_lab_resume_wou
     records = collect_sweep(sweep).records
     assert [(r["job"], r["status"]) for r in records] == [(0, "not started"), (1, "not started")]
     dry = subprocess.run([sys.executable, "-m", "lab.run.resume", "--dry-run", str(sweep)], env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert f"0 unfinished or failed job(s) in {sweep}; 2 not started" in dry.stdout
     assert f"hydra.run.dir={sweep.resolve()}/1-linear-k1" in dry.stdout and "hydra.job.num=1" in dry.stdout, dry.stdout

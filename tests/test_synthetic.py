@@ -23,7 +23,7 @@ from lab.decode.evaluation import answer_accuracy
 from lab.errors import ConfigError
 from lab.labels import chain_masks, horizon_mask
 from lab.model.mtp import build_model
-from tests.cli import lab_train, read_run, SUBPROCESS_TIMEOUT
+from tests.cli import SUBPROCESS_TIMEOUT, lab_train, lab_train_in_process, read_run
 from tests.helpers import bigram_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -259,7 +259,7 @@ def test_twenty_steps_of_each_task_through_the_cli(tmp_path, cache_dir, source, 
 
 
 def test_bad_synthetic_option_fails_before_the_run(tmp_path, cache_dir):
-    result = lab_train("data=star_graph", "data.num_nodes=4", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
+    result = lab_train_in_process("data=star_graph", "data.num_nodes=4", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: data.num_nodes: must be ≥ 1 + degree")
     assert not (tmp_path / "outputs").exists()
 

@@ -79,12 +79,12 @@ CLI_SMALL = [
 def test_teacherless_through_the_cli_and_refused_on_text(tmp_path, cache_dir):
     run = tmp_path / "run"
     result = lab_train("data=star_graph", "head=deepseek", "head.k=2", "objective.teacherless=true", *CLI_SMALL,
-                       f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+                       f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     record = read_run(run)
     assert record["config"]["objective"]["teacherless"] is True and record["config"]["data"]["teacherless"] is True
     final = record["final_metrics"]
     assert final["val/answer_token_acc"] == final["val/answer_tf_acc"]  # decoded teacherless: one forward, no teacher
-    refused = lab_train("objective.teacherless=true", cache_dir=cache_dir, cwd=tmp_path, timeout=600)
+    refused = lab_train("objective.teacherless=true", cache_dir=cache_dir, cwd=tmp_path)
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines()[-1].startswith("error: objective.teacherless: needs a synthetic task")

@@ -6,7 +6,6 @@ converts runs fetched from the public API.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from lab.report.records import Sweep, record_from_wandb, sweep_from_wandb_runs
 from lab.report.wandb_local import local_runs
 from lab.report.wandb_report import DRY_RUN_FILE, INSTALL_HINT, config_key, job_configs, publish
-from tests.cli import TINY, lab_train, SUBPROCESS_TIMEOUT
+from tests.cli import SUBPROCESS_TIMEOUT, TINY, cli_env, command_in_process, lab_report, lab_train, one_error_line
 
 GROUP = "wandb_report_test"
 HORIZON_BASES = ("val/loss", "train/loss", "val/acc", "val/chain_acc")
@@ -33,18 +32,6 @@ def sweep_dir(tmp_path_factory, cache_dir):
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"lab-report {sweep} --wandb ENTITY/mtp-lab --group {GROUP} --publish" in result.stderr
     return sweep
-
-
-def lab_report(*args: str, hide_extra: bool = False) -> subprocess.CompletedProcess:
-    code = (HIDE_EXTRA if hide_extra else "") + "from lab.report.cli import main; main(sys.argv[1:])"
-    return subprocess.run([sys.executable, "-c", "import sys; " + code, *args], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, check=False)
-
-
-def one_error_line(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 2, result.stderr[-2000:]
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr, result.stderr
-    return lines[0]
 
 
 def report_md_findings(sweep: Path) -> list[str]:
@@ -181,20 +168,20 @@ def test_dimensions_resolve_to_the_keys_wandb_holds():
 
 def test_missing_extra_is_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "never.json"
-    line = one_error_line(lab_report("--wandb", "e/p", "--group", "g", "--publish", "--dry-run", str(out), hide_extra=True))
+    line = one_error_line(lab_report("--wandb", "e/p", "--group", "g", "--publish", "--dry-run", str(out), prelude=HIDE_EXTRA))
     assert line == f"error: --publish: needs the optional package wandb-workspaces; install it with: {INSTALL_HINT}"
     assert not out.exists()
     code = HIDE_EXTRA + "sys.argv[0] = 'lab-train'; from lab.train import main; main()"
-    env = {**os.environ, "MTP_LAB_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "offline"}
     result = subprocess.run([sys.executable, "-c", "import sys; " + code, "-m", *TINY, "report.wandb_publish=true", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, check=False)
+                            cwd=tmp_path, env=cli_env(tmp_path / "cache"), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, check=False)
     assert result.returncode == 2 and "report.wandb_publish: needs the optional package wandb-workspaces" in result.stderr, result.stderr[-2000:]
     assert not list((tmp_path / "sweep").glob("*/run.json"))  # refused before any job ran
 
 
 def test_publish_bad_arguments(tmp_path):
-    assert "give --publish and/or --workspace" in one_error_line(lab_report("--wandb", "e/p", "--group", "g", "--dry-run", str(tmp_path / "x.json")))
-    assert "--wandb: --publish/--workspace need ENTITY/PROJECT" in one_error_line(lab_report(str(tmp_path), "--publish"))
-    assert "--wandb needs --group NAME" in one_error_line(lab_report("--wandb", "e/p", "--publish"))
-    assert "no such directory" in one_error_line(lab_report(str(tmp_path / "missing"), "--wandb", "e/p", "--publish", "--dry-run", str(tmp_path / "y.json")))
+    """In this process (a real process refusing: test_missing_extra_is_one_line_and_writes_nothing)."""
+    assert "give --publish and/or --workspace" in one_error_line(command_in_process("lab-report", "--wandb", "e/p", "--group", "g", "--dry-run", str(tmp_path / "x.json")))
+    assert "--wandb: --publish/--workspace need ENTITY/PROJECT" in one_error_line(command_in_process("lab-report", str(tmp_path), "--publish"))
+    assert "--wandb needs --group NAME" in one_error_line(command_in_process("lab-report", "--wandb", "e/p", "--publish"))
+    assert "no such directory" in one_error_line(command_in_process("lab-report", str(tmp_path / "missing"), "--wandb", "e/p", "--publish", "--dry-run", str(tmp_path / "y.json")))
     assert not (tmp_path / "x.json").exists() and not (tmp_path / "y.json").exists()

@@ -61,6 +61,7 @@ GOAL_LINES = [
     (rf"<= (?P<goal>[\d.]+) ops per round: {NUMBER}{VERDICT}", lambda v, g: v <= g),
     (rf">= (?P<goal>[\d.]+) x ntp \(\w+\) : {NUMBER}{VERDICT}", lambda v, g: v >= g),
     (rf"<= (?P<goal>[\d.]+) x live frozen step \(CPU time\): {NUMBER}{VERDICT}", lambda v, g: v <= g),
+    (rf"<= (?P<goal>[\d.]+) x full vocabulary \(CPU time\): {NUMBER}{VERDICT}", lambda v, g: v <= g),
     (rf"tokens per target forward >= (?P<goal>[\d.]+) .*: {NUMBER}{VERDICT}", lambda v, g: v >= g),
     (rf"wall clock >= (?P<goal>[\d.]+)x .*: {NUMBER}{VERDICT}", lambda v, g: v >= g),
 ]
@@ -101,7 +102,8 @@ def test_goal_verdicts_follow_the_printed_numbers():
     for wrong in ("  harness / plain         : 1.010  (paired 1.040)  goal <= 1.03  PASS",
                   "  (peak-base)/logit_bytes within 15% [sequential] : 1.200  PASS",
                   "goal at V=259, K=4: step time <= 1.05 x ntp : 1.020  MISS",
-                  "goal: cached step <= 0.5 x live frozen step (CPU time): 0.700 PASS"):
+                  "goal: cached step <= 0.5 x live frozen step (CPU time): 0.700 PASS",
+                  "goal: draft stage at N=512 <= 0.5 x full vocabulary (CPU time): 0.600 PASS"):
         with pytest.raises(AssertionError, match="but its number gives"):
             goal_verdicts(wrong)
 

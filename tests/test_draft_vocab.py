@@ -147,7 +147,7 @@ def test_a_greedy_tree_never_takes_an_id_outside_the_set():
 
     model = tiny({"name": "parallel", "k": 3})
     logits = model.horizon_logits(2, torch.randn(2, 8, dtype=torch.float64))  # [2, V]: -inf outside the 3 ids
-    candidates, _ = ranked_candidates(logits, [5, 2], TokenChooser(0.0, None, None))
+    candidates, _ = ranked_candidates(logits, [5, 2], TokenChooser(0.0, None, None), vocab_limited=True)
     assert sorted(candidates[0]) == sorted(DRAFT_IDS.tolist())  # width 5 > N = 3: only the 3 ids
     assert len(candidates[1]) == 2 and set(candidates[1]) <= set(DRAFT_IDS.tolist())
     prompt = torch.tensor(PROMPT)

@@ -85,7 +85,7 @@ class IndependentHeads:
     def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
         """Head i + 2 proposes the slot i + 1 places after the frontier; a tree takes several ranked candidates per slot."""
         shape = TreeShape.chain(m) if self.tree is None else self.tree.limited(m)
-        candidates, laws = ranked_candidates(self.next_logits, shape.widths, chooser)
+        candidates, laws = ranked_candidates(self.next_logits, shape.widths, chooser, vocab_limited=self.draft_ids is not None)
         return build_buffer(shape, frontier, candidates, laws, self.next_logits, self.state.length, self.identity, self.vocab)
 
 

@@ -224,10 +224,10 @@ class ProposalBuffer:
                               self.vocab_identity, masses)
 
 
-def ranked_candidates(logits: torch.Tensor, widths, chooser) -> tuple[list[list[int]], list[torch.Tensor | None]]:
+def ranked_candidates(logits: torch.Tensor, widths, chooser, vocab_limited: bool = False) -> tuple[list[list[int]], list[torch.Tensor | None]]:
     """Per draft position j, `widths[j]` ranked candidates from the head's logits [m, V], and the laws they were drawn from.
 
-    Greedy: the top b_j token ids (never one at −inf: outside a draft vocabulary). Sampling: b_j draws without replacement; draw r comes
+    Greedy: the top b_j token ids (with `vocab_limited`, never one at −inf: outside a draft vocabulary). Sampling: b_j draws without replacement; draw r comes
     from the head's distribution with draws 0..r−1 removed and renormalised, and that law
     is kept ([b_j, V]) for the acceptance ratio. Fewer candidates come back when the
     distribution's support (e.g. under top_k) runs out.
@@ -235,6 +235,8 @@ def ranked_candidates(logits: torch.Tensor, widths, chooser) -> tuple[list[list[
     m = len(widths)
     if chooser.greedy:
         top = logits[:m].topk(min(max(widths), logits.shape[-1]), dim=-1)  # [m, b_max]
+        if not vocab_limited:  # every id has a finite logit: no filtering op in the round
+            return [row[:w] for row, w in zip(top.indices.tolist(), widths)], [None] * m  # one host sync
         ids = torch.where(top.values > float("-inf"), top.indices, -1).tolist()  # one host sync; −1: an id a draft vocabulary excludes
         return [[t for t in row if t >= 0][:w] for row, w in zip(ids, widths)], [None] * m
     probs = chooser.probs(logits[:m])  # [m, V] float64

@@ -293,29 +293,31 @@ def main() -> None:
 
 
 def peers(folder: Path, heads: str, tree: str, dtype: str, new_tokens: int, repeats: int) -> None:
-    from transformers import AutoTokenizer
-
-    from experiments.benchmarks.decode_peers import peers_report, print_peers, prompt_token_ids
+    """`--peers FOLDER`: untrained heads NAME:K on the folder's model against the peers."""
     from lab.model.mtp import build_model
 
     name, k = heads.split(":")
     head = {"name": name, "k": int(k), "compute_match": "none"}
     model = build_model({"name": "hf", "path": str(folder), "dtype": dtype}, head).eval()
-    prompts = prompt_token_ids(AutoTokenizer.from_pretrained(folder), Path(__file__).resolve().parents[2])
-    label = f"{folder.name} {dtype} + untrained {name} K={k}"
-    print_peers(peers_report(model, prompts, new_tokens, repeats, [int(w) for w in tree.split(",")] if tree else None, label), new_tokens, repeats)
+    compare_with_peers(model, folder, tree, new_tokens, repeats, f"{folder.name} {dtype} + untrained {name} K={k}")
 
 
 def peers_of_run(run_dir: Path, folder: Path, tree: str, new_tokens: int, repeats: int) -> None:
     """`--peers FOLDER --runs RUN...`: a trained run's heads (and its trunk, in the run's dtype) against the same peers."""
+    model = load_for_generation(run_dir).model.eval()
+    label = f"{run_dir.name} ({model.head_cfg.name} K={model.k}, {next(model.parameters()).dtype})"
+    compare_with_peers(model, folder, tree, new_tokens, repeats, label)
+
+
+def compare_with_peers(model, folder: Path, tree: str, new_tokens: int, repeats: int, label: str) -> None:
+    """The folder's tokenizer gives the prompts; every harness mode and transformers' own, interleaved."""
     from transformers import AutoTokenizer
 
     from experiments.benchmarks.decode_peers import peers_report, print_peers, prompt_token_ids
 
-    model = load_for_generation(run_dir).model.eval()
     prompts = prompt_token_ids(AutoTokenizer.from_pretrained(folder), Path(__file__).resolve().parents[2])
-    label = f"{run_dir.name} ({model.head_cfg.name} K={model.k}, {next(model.parameters()).dtype})"
-    print_peers(peers_report(model, prompts, new_tokens, repeats, [int(w) for w in tree.split(",")] if tree else None, label), new_tokens, repeats)
+    widths = [int(w) for w in tree.split(",")] if tree else None
+    print_peers(peers_report(model, prompts, new_tokens, repeats, widths, label), new_tokens, repeats)
 
 
 def batch_models(run_dirs: list[Path], n_prompts: int, prompt_tokens: int) -> list:

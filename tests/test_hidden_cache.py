@@ -22,7 +22,7 @@ from lab.errors import ConfigError
 from lab.model.mtp import build_model
 from lab.objective.objective import Objective
 from lab.objective.weights import Progress
-from lab.training.hidden_cache import HIDDEN, open_hidden_cache
+from lab.training.hidden_cache import HIDDEN, NEXT_TOKEN_HIT, NEXT_TOKEN_LOSS, open_hidden_cache
 from lab.train import CONF_DIR
 from lab.training.step import train_step
 from tests.head_cases import case, without, without
@@ -119,11 +119,53 @@ def test_a_cached_step_equals_a_live_frozen_step(trunk, head, target, tmp_path):
     torch.testing.assert_close(from_cache.loss, live.loss, rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(from_cache.loss_sums, live.loss_sums, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(from_cache.counts, live.counts, rtol=0, atol=0)
+    torch.testing.assert_close(from_cache.correct, live.correct, rtol=0, atol=0)  # horizon 1's hits from the cache too
     assert live_grads.keys() == cached_grads.keys() and live_grads
     assert not any(name.startswith("trunk.") for name in live_grads)  # heads only
     for name, grad in live_grads.items():
         assert grad.abs().max() > 0, f"{name} has no gradient: the comparison would be empty"
         torch.testing.assert_close(cached_grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("trunk", sorted(TRUNKS))
+def test_the_cached_next_token_loss_and_hits_are_the_trunks_own(trunk, tmp_path):
+    """Oracle: the model's own next-token logits (`next_token_logits`, a separate code path), scored by hand."""
+    model = frozen_model(HEADS["medusa"], trunk=trunk)
+    rows = training_rows()
+    cached, _ = open_hidden_cache(model, rows, tmp_path, batch_size=4)
+    batch = default_collate(rows)
+    logits = model.next_token_logits(batch)[:, :-1]  # [B, S-1, V]: row t predicts tokens[t+1]
+    labels = batch["tokens"][:, 1:]  # [B, S-1]
+    by_hand = -logits.log_softmax(-1).gather(-1, labels[..., None]).squeeze(-1)  # [B, S-1]
+    stored = default_collate([cached[i] for i in range(len(rows))])
+    assert stored[NEXT_TOKEN_LOSS].shape == (len(rows), SEQ - 1) and stored[NEXT_TOKEN_HIT].dtype == torch.bool
+    torch.testing.assert_close(stored[NEXT_TOKEN_LOSS], by_hand, rtol=1e-5, atol=1e-6)
+    assert torch.equal(stored[NEXT_TOKEN_HIT], logits.argmax(-1) == labels)
+
+
+@pytest.mark.parametrize("head", sorted(HEADS))
+def test_a_cached_step_takes_horizon_1_from_the_cache_exactly_when_it_is_the_frozen_trunks_own(head, tmp_path):
+    """Perturbation: +1 nat on every cached next-token loss moves horizon 1's sum by N_1 for a head whose
+    horizon 1 is the trunk's own path (no head block, no head projection) and not at all for the others;
+    the gradients never move (horizon 1 has no gradient path on a frozen trunk)."""
+    model = frozen_model(HEADS[head])
+    rows = training_rows()
+    cached, _ = open_hidden_cache(model, rows, tmp_path, batch_size=4)
+    batch = default_collate([cached[i] for i in (5, 0, 3)])
+    before, grads = one_step(model, batch, "data")
+    shifted = {**batch, NEXT_TOKEN_LOSS: batch[NEXT_TOKEN_LOSS] + 1.0, NEXT_TOKEN_HIT: ~batch[NEXT_TOKEN_HIT]}
+    after, shifted_grads = one_step(model, shifted, "data")
+    path = model.head.next_token_path()
+    trunks_own = path.blocks == () and path.projection is None and path.kept == ()
+    moved = (after.loss_sums - before.loss_sums).tolist()
+    assert moved[0] == pytest.approx(float(before.counts[0]) if trunks_own else 0.0, abs=1e-4), (head, moved)
+    assert moved[1:] == [0.0] * (model.k - 1)
+    for name, grad in grads.items():
+        torch.testing.assert_close(shifted_grads[name], grad, rtol=0, atol=0, msg=name)
+    if head in ("medusa", "deepseek"):
+        assert trunks_own  # the heads this saves the most for do keep the trunk's path
+    if head == "parallel":
+        assert not trunks_own  # horizon 1 is the head's own block: always computed live
 
 
 def test_bfloat16_cache_holds_the_trunk_states_bit_for_bit(tmp_path):

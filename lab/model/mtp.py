@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from lab.errors import require
 from lab.model.draft_vocab import check_draft_vocab, draft_logits, index_of, restrict_horizon
-from lab.model.heads import HeadConfig, Horizon, SharedParts, head_class, head_config
+from lab.model.heads import HeadConfig, Horizon, KnownRows, SharedParts, head_class, head_config
 from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_native_block, check_tokenizer_fits
 from lab.model.moe import check_router_options, router_config, router_places
 from lab.model.trunk import ModelConfig, Trunk
@@ -186,7 +186,29 @@ class MTPModel(nn.Module):
             horizons = self.head(hidden, batch, ctx, self.shared_parts())  # a head written without skipping support works too
         else:
             horizons = self.head(hidden, batch, ctx, self.shared_parts(), n_horizons)
-        return self.restrict_to_draft_vocab(horizons)
+        return self.with_known_next_token(self.restrict_to_draft_vocab(horizons), batch, hidden)
+
+    def with_known_next_token(self, horizons: list[Horizon], batch: dict, hidden: torch.Tensor) -> list[Horizon]:
+        """Horizon 1 with its per-row loss and hits from the hidden-state cache (`next_token_loss` /
+        `next_token_hit`, lab/training/hidden_cache.py) when it is exactly the frozen trunk's own next-token
+        path: its rows are the cached trunk rows, projected by the trunk's final norm and unembedding, and
+        nothing in it takes a gradient. Its loss is then the same at every step, and the step skips its
+        V-wide logits. Any other horizon 1 (a head's own block or projection) is computed as always."""
+        first = horizons[0]
+        if "next_token_loss" not in batch or not self.is_trunk_next_token(first, hidden):
+            return horizons
+        known = KnownRows(batch["next_token_loss"], batch["next_token_hit"])  # [B, S-1] each
+        return [dataclasses.replace(first, known=known), *horizons[1:]]
+
+    def is_trunk_next_token(self, horizon: Horizon, hidden: torch.Tensor) -> bool:
+        """`horizon` is the trunk's own, constant next-token prediction on rows `hidden` [B, S, d]."""
+        trunk = self.trunk
+        rows = horizon.hidden  # [B, S-1, d] when it is hidden[:, :-1] itself
+        same_rows = (rows.data_ptr() == hidden.data_ptr() and rows.stride() == hidden.stride()
+                     and tuple(rows.shape) == (hidden.shape[0], hidden.shape[1] - 1, *hidden.shape[2:]))
+        constant = not (rows.requires_grad or horizon.weight.requires_grad or horizon.norm.weight.requires_grad)
+        return (horizon.offset == 1 and horizon.teacher is None and horizon.vocab_ids is None and same_rows and constant
+                and horizon.weight is trunk.unembedding and horizon.norm is trunk.final_norm)
 
     def trunk_output(self, batch: dict, ctx) -> torch.Tensor:
         """[B, S, d] the trunk's hidden state: run, or read from the batch when a hidden-state cache supplies

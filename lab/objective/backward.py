@@ -64,6 +64,13 @@ def horizon_loss(rows, labels, horizon, norm_weight=None, weight=None):
     return loss_sum, top1_hits(logits.detach(), labels).sum()
 
 
+def known_stats(horizon) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S_k, top-1 hits) of a horizon whose per-row loss and hits are known (`Horizon.known`): summed under its
+    mask, no logits built. Such a horizon has no gradient path (its loss is constant), so it adds no root term."""
+    mask = horizon.mask  # [B, S-k]
+    return horizon.known.row_loss[mask].sum(), horizon.known.row_hit[mask].sum()  # [], []
+
+
 def top1_hits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """[N, V], [N] -> [N] bool: the label's logit is the maximum (ties count as hits).
 
@@ -82,8 +89,11 @@ class JointSchedule:
     def run(self, horizons, coeffs: torch.Tensor) -> tuple[torch.Tensor, HorizonStats]:
         sums, hits, counts = [], [], []
         for horizon in horizons:
-            rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
-            loss_sum, correct = horizon_loss(rows, labels, horizon)
+            if horizon.known is not None:
+                loss_sum, correct = known_stats(horizon)
+            else:
+                rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
+                loss_sum, correct = horizon_loss(rows, labels, horizon)
             sums.append(loss_sum), hits.append(correct), counts.append(horizon.mask.sum())
         root = (coeffs.to(sums[0].dtype) * torch.stack(sums)).sum()
         return root, HorizonStats(torch.stack(sums).detach(), torch.stack(counts), torch.stack(hits))
@@ -107,13 +117,16 @@ class SequentialSchedule(JointSchedule):
 
         sums, hits, counts, row_terms = [], [], [], []
         for k, horizon in enumerate(horizons):
-            rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
-            leaf_rows = rows.detach().requires_grad_(rows.requires_grad)  # [N_k, d] cut point
-            loss_sum, correct = self.horizon_sum(leaf_rows, labels, horizon, leaf_of(horizon.norm.weight), leaf_of(horizon.weight))
-            if loss_sum.requires_grad:
-                (coeffs[k].to(loss_sum.dtype) * loss_sum).backward()  # frees this horizon's logits now
-            if leaf_rows.grad is not None:
-                row_terms.append((rows * leaf_rows.grad).sum())
+            if horizon.known is not None:
+                loss_sum, correct = known_stats(horizon)
+            else:
+                rows, labels = supervised_rows(horizon)  # [N_k, d], [N_k]
+                leaf_rows = rows.detach().requires_grad_(rows.requires_grad)  # [N_k, d] cut point
+                loss_sum, correct = self.horizon_sum(leaf_rows, labels, horizon, leaf_of(horizon.norm.weight), leaf_of(horizon.weight))
+                if loss_sum.requires_grad:
+                    (coeffs[k].to(loss_sum.dtype) * loss_sum).backward()  # frees this horizon's logits now
+                if leaf_rows.grad is not None:
+                    row_terms.append((rows * leaf_rows.grad).sum())
             sums.append(loss_sum.detach()), hits.append(correct), counts.append(horizon.mask.sum())
         param_terms = [(param * leaf.grad).sum() for param, leaf in param_leaves.values() if leaf.grad is not None]
         root = sum(row_terms + param_terms, torch.zeros((), device=coeffs.device))

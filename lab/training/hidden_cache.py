@@ -4,11 +4,14 @@ A frozen trunk maps a packed training row to the same hidden state at every epoc
 `open_hidden_cache` passes the training rows through the trunk in row order and stores, per row, what
 every head reads from it — the trunk's output before the final norm, `[S, d]` in the model's dtype —
 beside the row's own columns (tokens, active, segment_ids, position_ids, and target_mask /
-input_tokens when the data has them). Training then reads `CachedRows`: each batch carries
-`trunk_hidden` [B, S, d] and `MTPModel.forward` uses it in place of running the trunk.
+input_tokens when the data has them), and the trunk's own next-token loss and top-1 hit at every row
+([S-1] each, in the loss dtype). Training then reads `CachedRows`: each batch carries `trunk_hidden`
+[B, S, d] and `MTPModel.forward` uses it in place of running the trunk; for a head whose horizon 1 is
+the trunk's own prediction (medusa with the shared lm_head, deepseek), the stored loss
+and hits stand in for horizon 1's V-wide logits, which could not change while the trunk is frozen.
 
 What stays live in a cached step, per head: the heads themselves; the shared final norm and vocabulary
-projection (frozen, but every horizon's logits need them); DeepSeek's teacher-token embeddings (a row
+projection (frozen, but every horizon ≥ 2's logits need them, and horizon 1's when a head has its own); DeepSeek's teacher-token embeddings (a row
 lookup into the frozen embedding); a distilled target's teacher distribution, projected from the
 cached horizon-1 rows (exact, no truncation). Validation and decoding always run the trunk.
 
@@ -31,13 +34,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from filelock import FileLock
 from torch.utils.data import Dataset, default_collate
 
 from lab.errors import ConfigError, require
+from lab.objective.backward import project, top1_hits
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: the trunk's next-token loss and hits are stored too
 HIDDEN = "trunk_hidden"  # the batch key the cached rows add ([B, S, d]; lab/model/mtp.py reads it)
+# The trunk's own next-token loss and top-1 hit per row ([B, S-1] each; lab/model/mtp.py: with_known_next_token)
+NEXT_TOKEN_LOSS, NEXT_TOKEN_HIT = "next_token_loss", "next_token_hit"
 # How a trunk dtype is stored in a .npy file (numpy has no bfloat16: its bits go in as int16).
 STORAGE = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.bfloat16: np.int16}
 DTYPE_NAMES = {str(dtype).removeprefix("torch."): dtype for dtype in STORAGE}
@@ -90,7 +97,8 @@ class CachedRows(Dataset):
 
     def arrays(self) -> dict[str, np.ndarray]:
         if self._arrays is None:
-            self._arrays = {name: np.load(self.folder / f"{name}.npy", mmap_mode="r") for name in [*self.meta["columns"], HIDDEN]}
+            names = [*self.meta["columns"], HIDDEN, NEXT_TOKEN_LOSS, NEXT_TOKEN_HIT]
+            self._arrays = {name: np.load(self.folder / f"{name}.npy", mmap_mode="r") for name in names}
         return self._arrays
 
     def __len__(self) -> int:
@@ -100,7 +108,7 @@ class CachedRows(Dataset):
         if not 0 <= index < len(self):
             raise IndexError(f"row {index} out of range for {len(self)} cached rows")
         arrays = self.arrays()
-        row = {name: torch.from_numpy(np.array(arrays[name][index])) for name in self.meta["columns"]}  # [S] each
+        row = {name: torch.from_numpy(np.array(arrays[name][index])) for name in [*self.meta["columns"], NEXT_TOKEN_LOSS, NEXT_TOKEN_HIT]}  # [S] / [S-1]
         row[HIDDEN] = torch.from_numpy(np.array(arrays[HIDDEN][index])).view(self.dtype)  # [S, d]
         return row
 
@@ -150,14 +158,15 @@ def write_entry(model, rows: Dataset, folder: Path, description: dict, batch_siz
             batch = default_collate([rows[i] for i in range(start, min(start + batch_size, n_rows))])  # each [b, S]
             ctx = model.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
             hidden = model.trunk(input_tokens(batch), ctx)  # [b, S, d], before the final norm
+            derived = dict(zip((NEXT_TOKEN_LOSS, NEXT_TOKEN_HIT), trunk_next_token_rows(model.trunk, hidden, batch["tokens"])))
             if not arrays:
                 dtype = hidden.dtype
                 arrays = {name: np.lib.format.open_memmap(partial / f"{name}.npy", mode="w+", dtype=value.numpy().dtype,
-                                                          shape=(n_rows, *value.shape[1:])) for name, value in batch.items()}
+                                                          shape=(n_rows, *value.shape[1:])) for name, value in {**batch, **derived}.items()}
                 arrays[HIDDEN] = np.lib.format.open_memmap(partial / f"{HIDDEN}.npy", mode="w+", dtype=STORAGE[dtype],
                                                            shape=(n_rows, *hidden.shape[1:]))
             stop = start + hidden.shape[0]
-            for name, value in batch.items():
+            for name, value in {**batch, **derived}.items():
                 arrays[name][start:stop] = value.numpy()
             arrays[HIDDEN][start:stop] = hidden.cpu().contiguous().view(torch.int16 if dtype == torch.bfloat16 else dtype).numpy()
         for array in arrays.values():
@@ -170,6 +179,17 @@ def write_entry(model, rows: Dataset, folder: Path, description: dict, batch_siz
         os.replace(partial, folder)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+
+
+def trunk_next_token_rows(trunk, hidden: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[b, S, d] trunk rows, [b, S] tokens -> ([b, S-1] loss, [b, S-1] bool hit) of the trunk's own next-token
+    prediction at every row (horizon 1 of a head that keeps it), computed as a training step would
+    (`project`: the loss dtype). One packed row at a time: [S-1, V] logits, never [b, S-1, V]."""
+    losses, hits = [], []
+    for rows, labels in zip(hidden[:, :-1], tokens[:, 1:]):  # [S-1, d], [S-1]: row t predicts tokens[t+1]
+        logits = project(rows, trunk.final_norm, trunk.final_norm.weight, trunk.unembedding)  # [S-1, V]
+        losses.append(F.cross_entropy(logits, labels, reduction="none")), hits.append(top1_hits(logits, labels))
+    return torch.stack(losses), torch.stack(hits)  # [b, S-1] each
 
 
 def verified_meta(folder: Path, key: str) -> dict:

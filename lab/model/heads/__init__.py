@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from lab.errors import ConfigError
 from lab.model.heads.anticausal import AnticausalHead
-from lab.model.heads.base import HeadConfig, Horizon, MTPHead, NextTokenPath, SharedParts, Teacher, endpoint_horizon
+from lab.model.heads.base import HeadConfig, Horizon, KnownRows, MTPHead, NextTokenPath, SharedParts, Teacher, endpoint_horizon
 from lab.model.heads.causal import CausalHead
 from lab.model.heads.deepseek import DeepSeekConfig, DeepSeekHead
 from lab.model.heads.identity import IdentityHead
@@ -70,6 +70,6 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 
 
 __all__ = [
-    "HEADS", "SHARDING_UNITS", "DeepSeekConfig", "display_rank", "is_baseline", "teacher_forced", "HeadConfig", "Horizon", "MTPHead", "NextTokenPath", "SharedParts", "Teacher", "endpoint_horizon", "head_class",
+    "HEADS", "SHARDING_UNITS", "DeepSeekConfig", "display_rank", "is_baseline", "teacher_forced", "HeadConfig", "Horizon", "KnownRows", "MTPHead", "NextTokenPath", "SharedParts", "Teacher", "endpoint_horizon", "head_class",
     "head_config",
 ]

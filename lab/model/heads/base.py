@@ -107,6 +107,19 @@ class Teacher:
 
 
 @dataclass
+class KnownRows:
+    """A horizon's per-row loss and top-1 hit, known before the step (`MTPModel.with_known_next_token`).
+
+    Horizon 1 of a head that keeps the trunk's own next-token path scores the same at every step while the
+    trunk is frozen, so the hidden-state cache stores it once and the backward schedule sums it under the
+    horizon's mask instead of building its V-wide logits (lab/objective/backward.py: `known_stats`).
+    """
+
+    row_loss: torch.Tensor  # [B, S-k] the cross-entropy of every row, in the loss dtype
+    row_hit: torch.Tensor  # [B, S-k] bool: the label was the top-1 logit
+
+
+@dataclass
 class Horizon:
     """One horizon's supervision, aligned to source rows t = 0 .. S-k-1."""
 
@@ -120,6 +133,7 @@ class Horizon:
     teacher: Teacher | None = None  # set by the objective for distilled targets (training only)
     vocab_ids: torch.Tensor | None = None  # [N] the draft vocabulary `weight` and `labels` index (head.draft_vocab); None: all V
     draft_coverage: torch.Tensor | None = None  # [2] (supervised targets inside the draft vocabulary, all supervised targets)
+    known: KnownRows | None = None  # the rows' loss and hits when no step can change them (no logits are built)
 
     def __post_init__(self) -> None:
         if self.offset is None:

@@ -1,4 +1,4 @@
-"""Batched speculative decoding with independent draft heads (linear, parallel, causal, anticausal, identity).
+"""Batched speculative decoding with independent draft heads (those whose drafter says `drafts_batches`).
 
 B requests share every target pass: each round appends [frontier, m drafts] to every row
 (m = the largest of the rows' draft counts; a row with fewer drafts, or one that has stopped,

@@ -8,7 +8,7 @@ import torch
 
 from lab.decode import generate
 from lab.decode.evaluation import evaluate_decoding
-from lab.decode.ledger import acceptance_conventions, ledger, ledger_line, merge, path_bounds, record_round, settle_paths
+from lab.inference.ledger import acceptance_conventions, ledger, ledger_line, merge, path_bounds, record_round, settle_paths
 from tests.helpers import build_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -8,8 +8,8 @@ import torch
 
 from lab.decode import generate
 from lab.decode.batched import decode_rows
-from lab.decode.sampling import TokenChooser, distribution
 from lab.errors import ConfigError
+from lab.inference.sampling import TokenChooser, distribution
 from tests.head_cases import case, cases, split, without
 from tests.helpers import build_model, make_batch
 

@@ -1,4 +1,4 @@
-"""KV-cached incremental decoding (lab/decode/cache.py, target.py, proposers.py) equals full forwards.
+"""KV-cached incremental decoding (lab/inference/cache.py, target.py, proposers.py) equals full forwards.
 
 Every head architecture, compute matching on and off, tied and untied embeddings, in
 float64: the logits of each cached step equal a no-cache forward over the same sequence
@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.decode.proposers import DeepSeekChain
-from lab.decode.sampling import TokenChooser
-from lab.decode.target import TRUNK, CachedModel
+from lab.inference.sampling import TokenChooser
+from lab.inference.target import TRUNK, CachedModel
+from lab.model.heads.deepseek_drafter import DeepSeekChain
+from lab.model.heads.independent_drafter import IndependentHeads
 from tests.head_cases import case, cases, split
 from tests.helpers import build_model, make_batch
 
@@ -58,7 +59,7 @@ def test_cached_steps_match_full_forwards_with_rollbacks(head, matched, tie):
     vocab = model.model_cfg.vocab_size
     tokens = torch.randint(0, vocab, (6,), generator=g).tolist()  # the prompt
     state = CachedModel(model)
-    drafts = state.model.head.draft_proposer == "independent" and model.k > 1
+    drafts = state.model.head.drafter is IndependentHeads and model.k > 1
     with torch.no_grad():
         chunk = tokens
         committed: list[int] = []

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import lab.decode.acceptance as acceptance
+import lab.inference.acceptance as acceptance
 from lab.decode import generate
 from lab.decode.ngram import NgramIndex, PromptLookup
-from lab.decode.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
 from lab.errors import ConfigError
+from lab.inference.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
 from tests.helpers import build_model
 from tests.test_decode_law import assert_same_law, enumerated_law, tiny
 from tests.test_speculative import exact_law, fit_counting, model64

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from lab.decode import generate
+from lab.model.heads.deepseek_drafter import DeepSeekChain
 from tests.helpers import build_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -39,7 +40,7 @@ def slowed(function, calls: list):
 def delay_draft_blocks(model) -> list:
     """Every draft-block forward sleeps DELAY first; returns the list that counts them."""
     calls, head = [], model.head
-    if head.draft_proposer == "chain":  # DeepSeek: the depth modules run inside the proposal
+    if head.drafter is DeepSeekChain:  # DeepSeek: the depth modules run inside the proposal
         chain_module = head.chain_module
         head.chain_module = lambda step: slowed(chain_module(step), calls)
     else:  # independent heads: one batched forward of the draft stacks after each target pass

@@ -1,4 +1,4 @@
-"""Draft trees and batched draft stacks (lab/decode/tree.py, acceptance.accept_tree, cache.commit_rows, heads' decode_drafter)."""
+"""Draft trees and batched draft stacks (lab/inference/tree.py, acceptance.accept_tree, cache.commit_rows, heads' decode_drafter)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 
 from lab.decode import generate
 from lab.decode.generate import Decoder
-from lab.decode.sampling import TokenChooser
-from lab.decode.target import CachedModel
-from lab.decode.tree import TreeShape, tree_shape
 from lab.errors import ConfigError
+from lab.inference.sampling import TokenChooser
+from lab.inference.target import CachedModel
+from lab.inference.tree import TreeShape, tree_shape
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from tests.head_cases import case, split, without
@@ -87,7 +87,8 @@ def test_trees_that_do_not_fit_the_model_are_refused():
             generate(parallel, prompt, 4, **kwargs)
     torch.manual_seed(0)
     deepseek = MTPModel(model_config(2), head_config({"name": "deepseek", "depth": 2, "compute_match": "none"})).eval()
-    with pytest.raises(ConfigError, match="independent heads"):
+    # the heads named are the registry's whose drafter drafts trees (medusa among them), deepseek not
+    with pytest.raises(ConfigError, match=r"need independent heads \(linear, parallel, causal, anticausal, identity, medusa\); use tree=None"):
         generate(deepseek, prompt, 4, speculative=True, tree=[2, 2])
 
 
@@ -274,7 +275,7 @@ def test_measured_path_agreement_lies_inside_its_frechet_bounds(temperature, fit
 
 
 def test_tree_for_budget_adds_the_most_likely_nodes_first():
-    from lab.decode.tree import tree_for_budget
+    from lab.inference.tree import tree_for_budget
 
     # a = [0.5, 0.5]: node values (0,) .5, (1,) .25, (0,0) .25, (2,) .125, (0,1) .125, (1,0) .125 …
     shape = tree_for_budget([0.5, 0.5], 3)

@@ -21,9 +21,9 @@ from lab.checkpoint.export import main as lab_export
 from lab.checkpoint.export_deepseek import write_deepseek_folder
 from lab.checkpoint.import_deepseek import deepseek_head, load_deepseek_folder
 from lab.decode import generate
-from lab.decode.proposers import DeepSeekChain
 from lab.errors import ConfigError
 from lab.model import build_model
+from lab.model.heads.deepseek_drafter import DeepSeekChain
 from lab.train import CONF_DIR
 from tests.cli import SUBPROCESS_TIMEOUT, TINY, command_in_process
 from tests.deepseek_fixtures import DEEPSEEK, N_MAIN, write_deepseek_release

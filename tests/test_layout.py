@@ -15,9 +15,13 @@ import pytest
 from tests.head_cases import HEAD_NAMES
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
-# Lower first: each unit imports only units before it (and itself).
-LAYERS = ["errors", "schema", "labels", "data", "model", "objective", "checkpoint", "training", "decode", "callbacks",
-          "config", "report", "run", "tracking", "train"]
+# Lower first: each unit imports only units before it (and itself). A unit is a package or module under lab/,
+# or a dotted part of one: lab.model's parts (trunk, vocabularies, FLOPs, MoE, …) sit below the decoding core
+# (inference), its heads above it (a head's drafter is written against the core), and the model the heads are
+# assembled into (mtp, and cost and compile that read it) above the heads. The decoding application (decode)
+# drives core, heads and model.
+LAYERS = ["errors", "schema", "labels", "data", "model", "inference", "model.heads", "model.mtp", "model.cost", "model.compile",
+          "objective", "checkpoint", "training", "decode", "callbacks", "config", "report", "run", "tracking", "train"]
 
 
 def module_name(path: Path) -> str:
@@ -44,9 +48,25 @@ def import_graph() -> dict[str, set[str]]:
     return {name: imported_modules(path, set(paths)) - {name} for name, path in paths.items()}
 
 
-def unit(module: str) -> str:
-    """lab.model.heads.base → model; lab.train → train."""
-    return module.split(".")[1] if "." in module else module
+def unit(module: str, layers: list[str] = LAYERS) -> str:
+    """The longest entry of `layers` that holds `module`: lab.model.heads.base → model.heads; lab.model.trunk → model;
+    lab.train → train."""
+    if "." not in module:
+        return module
+    dotted = module.split(".", 1)[1]
+    return max((u for u in layers if dotted == u or dotted.startswith(u + ".")), key=len)
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[str] = LAYERS) -> list[str]:
+    """Edges a -> b where b's unit stands after a's. A package's __init__ re-exporting its own members is no such edge."""
+    rank = {name: i for i, name in enumerate(layers)}
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if unit(a) != "lab" and unit(b) != "lab" and not b.startswith(a + ".") and rank[unit(b, layers)] > rank[unit(a, layers)])
+
+
+def imports_into(graph: dict[str, set[str]], sources: set[str], target: str) -> list[str]:
+    """Edges from a module of the units `sources` to one of unit `target`."""
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() if unit(a) in sources for b in targets if unit(b) == target)
 
 
 def test_the_top_level_has_at_most_six_modules():
@@ -56,14 +76,20 @@ def test_the_top_level_has_at_most_six_modules():
 
 def test_every_package_and_top_level_module_has_a_layer():
     units = {p.stem if p.is_file() else p.name for p in LAB.iterdir() if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()}
-    assert units == set(LAYERS), units ^ set(LAYERS)
+    top = {layer.split(".")[0] for layer in LAYERS}
+    assert units == top, units ^ top
+    graph = import_graph()
+    assert [layer for layer in LAYERS if f"lab.{layer}" not in graph] == []  # every dotted unit names a module or package
 
 
 def test_no_import_runs_upward():
-    rank = {name: i for i, name in enumerate(LAYERS)}
-    upward = sorted(f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
-                    if unit(a) != "lab" and unit(b) != "lab" and rank[unit(b)] > rank[unit(a)])
+    upward = upward_imports(import_graph())
     assert upward == [], upward
+
+
+def test_heads_and_the_decoding_core_never_import_the_decoding_application():
+    """A head's drafter and the core it is written against stay below generate, batching, the CLI and loading."""
+    assert imports_into(import_graph(), {"inference", "model.heads"}, "decode") == []
 
 
 def test_no_module_import_cycle():
@@ -97,8 +123,14 @@ def test_no_head_name_is_compared_outside_the_heads_package(root):
 
 
 def test_the_checks_see_a_violation():
-    """The instruments themselves: an upward edge and a name comparison are found."""
+    """The instruments themselves: upward edges, core/head imports of the application and a name comparison are found."""
     rank = {name: i for i, name in enumerate(LAYERS)}
     assert rank[unit("lab.report.render")] > rank[unit("lab.model.mtp")]  # model -> report would be upward
+    wrong = {"lab.inference.target": {"lab.decode.generate", "lab.model.mtp"}, "lab.model.heads.deepseek_drafter": {"lab.decode.loading"},
+             "lab.model.trunk": {"lab.model.heads.base"}, "lab.model": {"lab.model.mtp"}, "lab.decode.proposers": {"lab.model.heads"}}
+    assert upward_imports(wrong) == ["lab.inference.target -> lab.decode.generate", "lab.inference.target -> lab.model.mtp",
+                                     "lab.model.heads.deepseek_drafter -> lab.decode.loading", "lab.model.trunk -> lab.model.heads.base"]
+    assert imports_into(wrong, {"inference", "model.heads"}, "decode") == ["lab.inference.target -> lab.decode.generate",
+                                                                           "lab.model.heads.deepseek_drafter -> lab.decode.loading"]
     pattern = re.compile(r"""(==|!=)\s*["'](ntp)["']""")
     assert pattern.search('if v.head == "ntp":')

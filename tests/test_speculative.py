@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from lab.decode import generate, select_mtp_one
-from lab.errors import ConfigError
-from lab.decode.acceptance import select
 from lab.decode.generate import Decoder
-from lab.decode.sampling import TokenChooser, sample, uniform
-from lab.decode.target import TRUNK, CachedModel
+from lab.errors import ConfigError
+from lab.inference.acceptance import select
+from lab.inference.sampling import TokenChooser, sample, uniform
+from lab.inference.target import TRUNK, CachedModel
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from tests.head_cases import case, split, without

@@ -40,7 +40,7 @@ TEXT_PROMPTS = [
     "The committee met on Tuesday to discuss the budget for next year. After a long debate about the library, the members agreed "
     "to keep its opening hours, to delay the new roof until autumn, and to ask the council for a second opinion on the costs.",
 ]
-CODE_FILES = ["lab/decode/ngram.py", "lab/decode/tree.py", "lab/decode/acceptance.py", "lab/decode/cache.py"]
+CODE_FILES = ["lab/decode/ngram.py", "lab/inference/tree.py", "lab/inference/acceptance.py", "lab/inference/cache.py"]
 
 
 def code_prompts(root: Path, lines: int = 40) -> list[str]:
@@ -68,7 +68,7 @@ def harness_modes(model, tree) -> dict:
     }
     if model.k > 1:
         modes["harness heads chain"] = lambda p, n: generate(model, p, n, speculative=True).tokens
-        if model.head.draft_proposer == "independent" and tree:
+        if model.head.drafter is not None and model.head.drafter.drafts_trees and tree:
             modes[f"harness heads tree {tree}"] = lambda p, n: generate(model, p, n, speculative=True, tree=tree).tokens
         modes["harness heads + n-gram"] = lambda p, n: generate(model, p, n, speculative=True, ngram=with_heads).tokens
     return modes

@@ -27,10 +27,10 @@ import sys
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import lab.decode.proposers as proposers
-import lab.decode.target as target
+import lab.inference.target as target
 from lab.decode import generate
 from lab.model.heads import HeadConfig
+from lab.model.heads.independent_drafter import IndependentHeads
 from lab.model.mtp import MTPModel
 from lab.model.trunk import ModelConfig
 
@@ -69,8 +69,8 @@ class StageCounter(TorchDispatchMode):
             setattr(owner, name, original)
 
 
-STAGES = ((target.CachedModel, "forward", "target pass"), (proposers.IndependentHeads, "after_verify", "draft blocks"),
-          (proposers.IndependentHeads, "propose", "proposal"), (decoding, "accept_tree", "acceptance"))
+STAGES = ((target.CachedModel, "forward", "target pass"), (IndependentHeads, "after_verify", "draft blocks"),
+          (IndependentHeads, "propose", "proposal"), (decoding, "accept_tree", "acceptance"))
 
 
 def ops_per_round(model, prompt, temperature: float, speculative: bool) -> dict:

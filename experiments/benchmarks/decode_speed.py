@@ -46,10 +46,10 @@ from pathlib import Path
 import torch
 
 from experiments.benchmarks.decode_batch import batch_report
-from lab.decode.evaluation import DEGENERATE_BELOW, distinct_ngram_ratio, document_prompts
 from lab.decode import generate
-from lab.decode.ledger import decode_rate, ledger, merge
+from lab.decode.evaluation import DEGENERATE_BELOW, distinct_ngram_ratio, document_prompts
 from lab.decode.loading import load_for_generation
+from lab.inference.ledger import decode_rate, ledger, merge
 from lab.model.heads import HeadConfig
 from lab.model.mtp import MTPModel
 from lab.model.trunk import ModelConfig
@@ -191,7 +191,7 @@ def run_agreement(run_dir: Path, model, prompts: list[list[int]], new_tokens: in
 
 def tree_modes(run_dir: Path, model, trees: list[str], prompts, new_tokens: int, eos: int | None) -> dict:
     """{label: tree}: widths "4,3,2", or "auto:N" = the best N-node tree for the run's measured agreement."""
-    from lab.decode.tree import tree_for_budget
+    from lab.inference.tree import tree_for_budget
 
     modes: dict = {"chain": None}
     for spec in trees:
@@ -239,7 +239,7 @@ def tree_report(run_dirs: list[Path], trees: list[str], n_prompts: int, prompt_t
         rows = []
         for run_dir in run_dirs:
             loaded = load_for_generation(run_dir)
-            if loaded.model.head.draft_proposer != "independent":
+            if loaded.model.head.drafter is None or not loaded.model.head.drafter.drafts_trees:
                 continue
             prompts = held_out_prompts(run_dir, n_prompts, prompt_tokens)
             rows += tree_vs_chain(run_dir, prompts, new_tokens, trees, temperature, loaded.tokenizer.eos_id)

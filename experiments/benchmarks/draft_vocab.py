@@ -25,9 +25,9 @@ import torch
 
 from experiments.benchmarks.hidden_cache import TINY_LLAMA, stdlib_rows, zipf_rows
 from lab.decode import generate
-from lab.decode.proposers import IndependentHeads
-from lab.decode.target import CachedModel
+from lab.inference.target import CachedModel
 from lab.model.draft_vocab import most_frequent_ids, training_token_counts
+from lab.model.heads.independent_drafter import IndependentHeads
 from lab.model.mtp import build_model
 
 GOAL = 0.5  # the smallest draft vocabulary's draft stage, as a share of the full vocabulary's

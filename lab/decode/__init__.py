@@ -4,7 +4,7 @@ Public API: `generate` (plain and speculative, with KV caches), `Generation`,
 `select_mtp_one` (the one-proposal exact selector).
 """
 
-from lab.decode.acceptance import select_mtp_one
 from lab.decode.generate import Generation, generate
+from lab.inference.acceptance import select_mtp_one
 
 __all__ = ["Generation", "generate", "select_mtp_one"]

@@ -12,8 +12,8 @@ import torch
 from lab.decode.batched import decode_rows
 from lab.decode.batched_speculative import speculative_rows
 from lab.decode.request import Generation, check_request
-from lab.decode.sampling import TokenChooser
 from lab.errors import require
+from lab.inference.sampling import TokenChooser
 
 
 def is_batch(prompt) -> bool:

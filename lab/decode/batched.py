@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from lab.decode.cache import StackCache
-from lab.decode.ledger import acceptance_conventions
-from lab.decode.sampling import TokenChooser
-from lab.decode.target import TRUNK
+from lab.inference.cache import StackCache
+from lab.inference.ledger import acceptance_conventions
+from lab.inference.sampling import TokenChooser
+from lab.inference.target import TRUNK
 from lab.model.trunk import AttentionContext, rotary_angles
 
 

@@ -1,9 +1,9 @@
-"""Batched speculative decoding with independent draft heads (linear, parallel, causal, anticausal, identity).
+"""Batched speculative decoding with independent draft heads (those whose drafter says `drafts_batches`).
 
 B requests share every target pass: each round appends [frontier, m drafts] to every row
 (m = the largest of the rows' draft counts; a row with fewer drafts, or one that has stopped,
 pads with token 0), and each row then accepts its own prefix with the single-request
-selector (lab.decode.acceptance.select), so its law is a single request's. Slots a row does
+selector (lab.inference.acceptance.select), so its law is a single request's. Slots a row does
 not keep (rejected drafts, padding) become holes in the shared caches (lab.decode.batched):
 the row's queries never see them and its positions skip them. The draft heads' rows come
 out of the same pass, read at each row's last kept slot.
@@ -19,11 +19,11 @@ import time
 
 import torch
 
-from lab.decode.acceptance import select
 from lab.decode.batched import BatchedCaches, batched_rows, left_padded
-from lab.decode.ledger import acceptance_conventions, record_round, settle_paths
-from lab.decode.sampling import TokenChooser
 from lab.errors import ConfigError
+from lab.inference.acceptance import select
+from lab.inference.ledger import acceptance_conventions, record_round, settle_paths
+from lab.inference.sampling import TokenChooser
 from lab.model.draft_vocab import scatter_to_vocab
 
 
@@ -32,7 +32,7 @@ def check_batched_speculative(model, draft_steps: int | None) -> int:
     head = model.head
     if not head.can_draft:
         raise ConfigError("speculative", f"head '{model.head_cfg.name}' with K={model.k} has no draft heads at offsets 2..K; use speculative=False")
-    if head.draft_proposer != "independent":
+    if not head.drafter.drafts_batches:
         raise ConfigError("speculative", f"batched speculative decoding drafts with independent heads; head '{model.head_cfg.name}' "
                           "drafts a chain: pass its prompts one at a time")
     return model.k - 1 if draft_steps is None else min(draft_steps, model.k - 1)

@@ -2,7 +2,7 @@
 
 The continuation goes to stdout; one summary line (tokens, tokens/s, target forwards,
 and with --speculative the runtime ledger) goes to stderr, so `> file` keeps only text; on an MoE
-model --speculative adds a second stderr line, the experts each round touched (lab/decode/moe_ledger.py).
+model --speculative adds a second stderr line, the experts each round touched (lab/inference/moe_ledger.py).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import sys
 import torch
 
 from lab.decode.generate import generate
-from lab.decode.ledger import ledger_line
 from lab.decode.loading import load_for_generation
-from lab.decode.moe_ledger import MoELedger
-from lab.decode.moe_ledger import ledger_line as moe_ledger_line
 from lab.decode.ngram import DEFAULT_MAX_DRAFT, PromptLookup
 from lab.errors import ConfigError, require
+from lab.inference.ledger import ledger_line
+from lab.inference.moe_ledger import MoELedger
+from lab.inference.moe_ledger import ledger_line as moe_ledger_line
 
 
 def read_prompt(args) -> str:

@@ -3,12 +3,12 @@
 Both run the carried-frontier schedule (docs/decoding.md). Prefill runs the prompt and picks
 the first new token f (the frontier: emitted, not yet in the target cache). Each round
 then proposes m drafts after f (m = 0 in plain decoding), runs one target pass over
-[f, drafts], accepts a prefix of the drafts exactly (lab.decode.acceptance), emits the
+[f, drafts], accepts a prefix of the drafts exactly (lab.inference.acceptance), emits the
 accepted drafts plus the correction or bonus token, commits the target rows of f and the
 accepted drafts, and carries the last emitted token as the next frontier. Plain decoding
 is the m = 0 case, so both paths share every line that touches the target cache.
 
-With `tree`, a round proposes a tree of ranked candidates (lab.decode.tree), the target
+With `tree`, a round proposes a tree of ranked candidates (lab.inference.tree), the target
 pass runs over every node with an ancestry mask, acceptance follows the longest verified
 root path, and that path's rows are committed in every cache (siblings are dropped). A
 chain of drafts is the tree of widths [1] * m, so one round serves all three modes.
@@ -22,16 +22,16 @@ import time
 
 import torch
 
-from lab.decode.acceptance import accept_tree
 from lab.decode.batch import generate_batch, is_batch
-from lab.decode.ledger import acceptance_conventions, record_round, settle_paths
 from lab.decode.ngram import PromptLookup
 from lab.decode.proposers import build_proposer
 from lab.decode.request import Generation, check_request
-from lab.decode.sampling import TokenChooser
-from lab.decode.target import CachedModel
-from lab.decode.tree import tree_shape
 from lab.errors import ConfigError, require
+from lab.inference.acceptance import accept_tree
+from lab.inference.ledger import acceptance_conventions, record_round, settle_paths
+from lab.inference.sampling import TokenChooser
+from lab.inference.target import CachedModel
+from lab.inference.tree import tree_shape
 
 
 def generate(
@@ -53,7 +53,7 @@ def generate(
 
     `tree` (with `speculative`): widths per draft position (`[4, 3, 2]`) or root-to-leaf
     paths of candidate ranks (`[[0, 0], [0, 1], [1]]`). `draws`: the source of every random
-    choice (default: `generator`'s; see lab.decode.sampling.TorchDraws). A batch (a [B, P]
+    choice (default: `generator`'s; see lab.inference.sampling.TorchDraws). A batch (a [B, P]
     tensor or a list of 1-D prompts of any lengths) returns one Generation per prompt
     (lab.decode.batched: chains, no trees). `ngram` (with `speculative`): prompt lookup drafts
     (lab.decode.ngram.PromptLookup or its fields as a dict), alone on a model without draft heads

@@ -5,7 +5,7 @@ emitted output), which pays off on text that repeats itself (code, quoting, extr
 proposal is a deterministic function of the emitted tokens, so its law is a point mass: greedy
 verification accepts a draft iff it is the target's argmax, and speculative sampling accepts
 draft y with probability p(y) and after a rejection draws from p with y removed
-(lab.decode.acceptance), which keeps the output law exact.
+(lab.inference.acceptance), which keeps the output law exact.
 
 `NgramIndex` keeps, per n-gram, where its latest occurrence ended, updated with the tokens
 committed since the last round (work per round grows with the tokens emitted, never with the
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.decode.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
 from lab.errors import require
+from lab.inference.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
 
 DEFAULT_SIZES = (3, 2, 1)
 DEFAULT_MAX_DRAFT = 10
@@ -95,7 +95,7 @@ class NgramProposer:
 
 
 class HeadsWithNgram:
-    """The heads' chain or tree with the n-gram chain merged in as one more branch (lab.decode.tree.ProposalBuffer.graft)."""
+    """The heads' chain or tree with the n-gram chain merged in as one more branch (lab.inference.tree.ProposalBuffer.graft)."""
 
     def __init__(self, heads, ngram: NgramProposer):
         self.heads, self.ngram = heads, ngram

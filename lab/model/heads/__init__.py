@@ -5,7 +5,9 @@ an architecture (baseline, teacher-forced metrics, sharding units) is a class at
 through the functions below so that no code outside this package compares head names.
 
 A new architecture is one file here (an `MTPHead` subclass, with a `HeadConfig` subclass if
-it has options of its own) plus one entry in `HEADS` and one YAML in `conf/head/`.
+it has options of its own) plus one entry in `HEADS` and one YAML in `conf/head/`. It drafts
+for speculative decoding with the drafter its class names (`MTPHead.drafter`): the independent
+heads' (independent_drafter.py) or one of its own, written against lab.inference's protocol.
 """
 
 from collections.abc import Mapping

@@ -17,9 +17,11 @@ import torch.nn as nn
 
 from lab.errors import ConfigError, require
 from lab.schema import field_names, typed
+from lab.inference.proposer import HeadDrafter
 from lab.labels import horizon_mask
 from lab.model.draft_vocab import check_draft_vocab
 from lab.model.flops import block_forward_flops
+from lab.model.heads.independent_drafter import IndependentHeads
 from lab.model.native_layers import NativeLayers, layer_forward_flops
 from lab.model.trunk import AttentionContext, Block, ModelConfig, RMSNorm
 
@@ -263,9 +265,10 @@ class MTPHead(nn.Module):
     # Layouts outside the harness that hold this head's weights (`lab-export --format`, lab/checkpoint/export_*.py).
     release_layouts: tuple[str, ...] = ()
 
-    # How lab.decode drafts with this head: "independent" (horizons 2..K at the last row),
-    # "chain" (DeepSeek modules), or None (no drafts).
-    draft_proposer: str | None = None
+    # The class decoding drafts with for this head (lab.inference.proposer.HeadDrafter): built once per
+    # request as drafter(state, draft_steps[, tree]); its flags say whether it drafts trees and batches.
+    # None: the head drafts nothing (speculative decoding needs a drafter).
+    drafter: type[HeadDrafter] | None = None
 
     def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
         super().__init__()
@@ -314,7 +317,7 @@ class MTPHead(nn.Module):
     @property
     def can_draft(self) -> bool:
         """Speculative decoding needs draft horizons at offsets 2, 3, … (a leap leaves slots undrafted)."""
-        return self.draft_proposer is not None and self.k > 1 and self.cfg.contiguous_offsets
+        return self.drafter is not None and self.k > 1 and self.cfg.contiguous_offsets
 
     def head_stacks(self) -> list[nn.Module]:
         """Per-horizon block stacks (for init options); empty for heads without blocks."""
@@ -388,7 +391,7 @@ class BlockStackHead(MTPHead):
     """Heads made of K block stacks (parallel, causal, anticausal); they differ only in wiring."""
 
     horizon_containers = {**MTPHead.horizon_containers, "stacks": 1}
-    draft_proposer = "independent"
+    drafter = IndependentHeads
 
     def __init__(self, cfg: HeadConfig, model_cfg: ModelConfig):
         super().__init__(cfg, model_cfg)

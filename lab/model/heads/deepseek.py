@@ -20,6 +20,7 @@ import torch.nn as nn
 from lab.errors import ConfigError, require
 from lab.labels import chain_masks
 from lab.model.heads.base import HeadConfig, Horizon, MTPHead, head_block_flops, native_layers
+from lab.model.heads.deepseek_drafter import DeepSeekChain
 from lab.model.native_layers import NativeLayers
 from lab.model.trunk import AttentionContext, Block, RMSNorm
 
@@ -66,7 +67,7 @@ class DepthModule(nn.Module):
 
 
 class DeepSeekHead(MTPHead):
-    draft_proposer = "chain"
+    drafter = DeepSeekChain
     release_layouts = ("deepseek",)  # model.layers.{N+d-1} after the main layers (lab/checkpoint/export_deepseek.py)
     config_class = DeepSeekConfig
     unused_options = ("n_layers",)  # one transformer block per depth module
@@ -126,7 +127,7 @@ class DeepSeekHead(MTPHead):
     def module_at(self, d: int) -> DepthModule:
         return self.depth_modules[0 if self.cfg.share_depth_weights else d - 1]
 
-    # ---- decoding: the draft chain (lab.decode.proposers.DeepSeekChain) ---------------
+    # ---- decoding: the draft chain (lab.model.heads.deepseek_drafter.ChainHead) ---------
     def chain_input(self, trunk_hidden, shared):
         """The target state that seeds depth 1 (as in training, before any detaching)."""
         return shared.final_norm(trunk_hidden) if self.cfg.hidden_input == "post_norm" else trunk_hidden  # [B, S, d]

@@ -10,10 +10,11 @@ logits there, so the independent-head proposer drafts with them unchanged.
 
 from lab.errors import require
 from lab.model.heads.base import MTPHead
+from lab.model.heads.independent_drafter import IndependentHeads
 
 
 class IdentityHead(MTPHead):
-    draft_proposer = "independent"
+    drafter = IndependentHeads
     unused_options = ("n_layers", "init", "block")  # no head blocks
     drafts_reuse_next_token_logits = True  # shared norm and unembedding of the same rows: no draft projection at all
 

@@ -11,11 +11,12 @@ import torch.nn as nn
 import dataclasses
 
 from lab.model.heads.base import MTPHead, NextTokenPath
+from lab.model.heads.independent_drafter import IndependentHeads
 
 
 class LinearHead(MTPHead):
     horizon_containers = {**MTPHead.horizon_containers, "maps": 1}
-    draft_proposer = "independent"
+    drafter = IndependentHeads
     unused_options = ("n_layers", "init", "block")  # d×d maps, no head blocks
     drafts_read_trunk_rows = True
 

@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lab.model.heads.base import MTPHead, NextTokenPath
+from lab.model.heads.independent_drafter import IndependentHeads
 
 
 class ResidualSiLU(nn.Module):
@@ -25,7 +26,7 @@ class ResidualSiLU(nn.Module):
 class MedusaHead(MTPHead):
     # blocks.i and projections.i serve horizon i + 2 (horizon 1 has neither)
     horizon_containers = {"blocks": 2, "projections": 2}
-    draft_proposer = "independent"
+    drafter = IndependentHeads
     unused_options = ("init", "block")  # residual SiLU blocks, no transformer blocks to build or copy
     release_layouts = ("medusa",)  # vLLM's Medusa folder (lab/checkpoint/export_medusa.py)
 

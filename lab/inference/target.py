@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from lab.decode.cache import CacheSet
-from lab.decode.hf_cache import use_transformers_cache
 from lab.errors import require
-from lab.model.mtp import MTPModel
+from lab.inference.cache import CacheSet
+from lab.inference.hf_cache import use_transformers_cache
 from lab.model.mtp_families import family_path_refusal
 
 TRUNK = ("trunk",)
@@ -40,8 +39,8 @@ class TargetPass:
 class CachedModel:
     """One sequence's decoding state: the model and the KV cache of every attention stack."""
 
-    def __init__(self, model: MTPModel):
-        self.model = model
+    def __init__(self, model):
+        self.model = model  # a lab.model.mtp.MTPModel, by its members: the core sits below the heads that MTPModel assembles
         cfg = model.trunk.cfg  # head stacks' width, heads and rotary base (a HF trunk derives them from its config)
         target_stacks = {("stack", i) for i in model.head.next_token_stacks()}
         family_of = lambda key: "target" if key == TRUNK or key in target_stacks else "draft"  # noqa: E731
@@ -60,7 +59,7 @@ class CachedModel:
     def forward(self, tokens: list[int], shape=None, last_logits_only: bool = False) -> TargetPass:
         """Run the next-token path on `tokens` placed after the cached rows (rows stay provisional).
 
-        With a draft tree `shape` (lab.decode.tree.TreeShape), token i is node i of the tree.
+        With a draft tree `shape` (lab.inference.tree.TreeShape), token i is node i of the tree.
         `last_logits_only` (a prefill): project the last row only, as transformers' generate does.
         """
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[None]  # [1, n]

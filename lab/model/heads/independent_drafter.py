@@ -1,0 +1,84 @@
+"""The drafter of independent heads (linear, parallel, causal, anticausal, identity, medusa).
+
+At the last committed row, head k predicts the token k−1 places after the frontier (blockwise
+parallel decoding). Their rows come out of the same target pass that verifies (the heads'
+stacks keep their own caches, committed with the target's verified rows). The draft stacks run
+as one batched forward per round (the head's `decode_drafter`) and every horizon is projected
+in one call; identity heads reuse the next-token logits. With a draft tree they propose several
+ranked candidates per slot.
+
+Written against the decoding core's model-free modules (tree, sampling, proposer) and the
+decoding members of `MTPHead`, so lab/model/heads/base.py can declare it without a cycle.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from lab.errors import require
+from lab.inference.proposer import head_identity, vocab_identity
+from lab.inference.sampling import TokenChooser
+from lab.inference.tree import ProposalBuffer, TreeShape, build_buffer, ranked_candidates
+from lab.model.draft_vocab import draft_logits, scatter_to_vocab
+
+
+class IndependentHeads:
+    """The drafter of heads whose horizons 2..K read the target pass's rows (`MTPHead.horizon_rows`)."""
+
+    drafts_trees = True  # ranked candidates per slot
+    drafts_batches = True  # every row of a batch reads its own slot of the shared pass
+
+    def __init__(self, state, draft_steps: int | None, tree: TreeShape | None = None):
+        self.state, self.model, self.head = state, state.model, state.model.head  # a lab.inference.target.CachedModel, its model and head
+        heads = self.model.k - 1  # one draft per extra horizon
+        require(draft_steps is None or draft_steps <= heads, "draft_steps", f"must be ≤ {heads} (this K={self.model.k} model drafts with its {heads} extra heads), got {draft_steps}")
+        self.max_drafts = heads if draft_steps is None else draft_steps
+        self.tree = tree
+        self.drafter = self.head.decode_drafter()  # one batched forward of the draft stacks (built once per request)
+        self.projections = None  # [K-1, V, d] replicated draft projections ([K-1, N, d] under a draft vocabulary), one bmm
+        if self.head.projections is not None:  # each head says which projection serves horizon k (medusa keeps the trunk's for k = 1)
+            shared = self.model.shared_parts()
+            self.projections = torch.stack([self.head.projection(k, shared).detach() for k in range(2, self.model.k + 1)])
+        self.draft_ids, self.vocab_size = self.model.draft_ids, self.model.trunk.unembedding.shape[0]  # [N] or None: all V
+        if self.projections is not None and self.draft_ids is not None:
+            self.projections = self.projections[:, self.draft_ids]  # [K-1, N, d]: sliced once per request, not per round
+        self.next_logits: torch.Tensor | None = None  # [K-1, V] horizons 2..K at the last committed row
+        self.identity, self.vocab = head_identity(self.model), vocab_identity(self.model)
+        self.draft_blocks_s = 0.0
+
+    def draft_logits(self, rows: torch.Tensor) -> torch.Tensor:
+        """[G, d] draft rows at one position -> [K-1, V] logits, every horizon in one projection call."""
+        normed = self.model.trunk.final_norm(rows)  # [G, d]
+        if self.projections is None:
+            return draft_logits(normed, self.model.trunk.unembedding, self.draft_ids).expand(self.model.k - 1, -1)  # [K-1, V]
+        logits = torch.bmm(self.projections, normed.expand(self.model.k - 1, -1)[..., None])[..., 0]  # [K-1, V or N]
+        return logits if self.draft_ids is None else scatter_to_vocab(logits, self.draft_ids, self.vocab_size)  # [K-1, V]
+
+    def after_verify(self, target_pass, rows: list[int]) -> None:
+        last = rows[-1]  # the last row the target commits
+        if self.head.drafts_reuse_next_token_logits:
+            logits = target_pass.logits_at(last)  # [V]
+            if self.draft_ids is not None:  # a draft vocabulary holds for identity heads too (batched decoding projects them so)
+                logits = scatter_to_vocab(logits[self.draft_ids], self.draft_ids, self.vocab_size)  # [N] -> [V]
+            self.next_logits = logits.expand(self.model.k - 1, -1)  # [K-1, V]
+            return
+        start = time.perf_counter()
+        if self.head.drafts_read_trunk_rows and len(rows) < target_pass.hidden.shape[0]:
+            # Rows were rejected (siblings, or drafts after a mismatch): run the draft stacks on the
+            # committed rows' trunk states only, as one causal chunk.
+            path_hidden = target_pass.hidden[rows][None]  # [1, a, d]
+            draft_rows = self.drafter(path_hidden, None, self.state.caches.contexts(len(rows), path_hidden.device))  # [G, a, d]
+            last, rows = len(rows) - 1, list(range(len(rows)))
+        else:
+            draft_rows = self.drafter(target_pass.hidden[None], target_pass.more_horizons, target_pass.ctx_for)  # [G, n, d]
+        self.draft_blocks_s += time.perf_counter() - start
+        self.next_logits = self.draft_logits(draft_rows[:, last])  # [K-1, V]
+        self.state.caches.commit_rows(rows, family="draft")
+
+    def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
+        """Head i + 2 proposes the slot i + 1 places after the frontier; a tree takes several ranked candidates per slot."""
+        shape = TreeShape.chain(m) if self.tree is None else self.tree.limited(m)
+        candidates, laws = ranked_candidates(self.next_logits, shape.widths, chooser, vocab_limited=self.draft_ids is not None)
+        return build_buffer(shape, frontier, candidates, laws, self.next_logits, self.state.length, self.identity, self.vocab)

@@ -81,6 +81,12 @@ def scatter_to_vocab(logits: torch.Tensor, ids: torch.Tensor, vocab_size: int) -
     return full
 
 
+def draft_rows_of(weight: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
+    """[V, d] projection -> its [N, d] draft-vocabulary rows (a copy), or itself under the full vocabulary.
+    Decoders take it once per request: the gather copies N × d numbers, too many to repeat at every draft."""
+    return weight if ids is None else weight[ids]  # [N, d]
+
+
 def draft_logits(normed: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
     """[..., d] normed rows, [V, d] projection -> [..., V] logits, projected on the draft rows only when `ids` is set."""
     if ids is None:

@@ -18,10 +18,12 @@ from typing import Protocol
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from lab.inference.proposer import head_identity, vocab_identity
 from lab.inference.sampling import TokenChooser
 from lab.inference.tree import ProposalBuffer, TreeShape, build_buffer
+from lab.model.draft_vocab import draft_rows_of, scatter_to_vocab
 
 
 class ChainHead(Protocol):
@@ -52,6 +54,7 @@ class DeepSeekChain:
         self.seed_rows = []  # chunks [n_i, d] of the chain's input at committed target rows
         self.final_rows: dict[int, torch.Tensor] = {}  # step s -> [L_s, d] outputs of its final rows
         self.draft_blocks_s = 0.0  # time inside the depth modules (the ledger's draft blocks)
+        self.projections: dict[int, torch.Tensor] = {}  # horizon k -> [V or N, d] its projection's draft rows (`step_logits`)
 
     def after_verify(self, target_pass, rows: list[int]) -> None:
         self.seed_rows.append(self.head.chain_input(target_pass.hidden[rows], self.model.shared_parts()))  # [kept, d]
@@ -66,6 +69,15 @@ class DeepSeekChain:
         rows = module(previous[None], self.model.trunk.embed(ids), ctx)[0]  # [n, d]
         self.draft_blocks_s += time.perf_counter() - start
         return rows
+
+    def step_logits(self, k: int, row: torch.Tensor) -> torch.Tensor:
+        """[d] a depth's row -> [V] horizon k's logits (as `MTPModel.horizon_logits`), with the draft vocabulary's
+        projection rows gathered once per request instead of at every draft step."""
+        if k not in self.projections:
+            self.projections[k] = draft_rows_of(self.head.projection(k, self.model.shared_parts()).detach(), self.model.draft_ids)  # [V or N, d]
+        logits = F.linear(self.model.trunk.final_norm(row), self.projections[k])  # [V or N]
+        ids = self.model.draft_ids
+        return logits if ids is None else scatter_to_vocab(logits, ids, self.model.trunk.unembedding.shape[0])  # [V]
 
     def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
         drafts, probs = self.draft_chain(tokens, frontier, m, chooser)
@@ -95,7 +107,7 @@ class DeepSeekChain:
                 path = known + drafts  # token ids 0 .. n + step - 1
                 provisional = self._run(step, previous_all[final_len:n], path[final_len + step : n + step])  # [n-final_len, d]
                 rows = torch.cat([rows, provisional])  # [n, d]
-            logits = self.model.horizon_logits(step + 1, rows[-1])  # [V]: row n-1 drafts slot n + step
+            logits = self.step_logits(step + 1, rows[-1])  # [V]: row n-1 drafts slot n + step
             self.draft_logits.append(logits)
             token, q = chooser.choose(logits)
             drafts.append(token), probs.append(q)

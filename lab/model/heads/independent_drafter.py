@@ -16,12 +16,13 @@ from __future__ import annotations
 import time
 
 import torch
+import torch.nn.functional as F
 
 from lab.errors import require
 from lab.inference.proposer import head_identity, vocab_identity
 from lab.inference.sampling import TokenChooser
 from lab.inference.tree import ProposalBuffer, TreeShape, build_buffer, ranked_candidates
-from lab.model.draft_vocab import draft_logits, scatter_to_vocab
+from lab.model.draft_vocab import draft_rows_of, scatter_to_vocab
 
 
 class IndependentHeads:
@@ -44,6 +45,8 @@ class IndependentHeads:
         self.draft_ids, self.vocab_size = self.model.draft_ids, self.model.trunk.unembedding.shape[0]  # [N] or None: all V
         if self.projections is not None and self.draft_ids is not None:
             self.projections = self.projections[:, self.draft_ids]  # [K-1, N, d]: sliced once per request, not per round
+        # the shared unembedding's draft rows, also sliced once per request (a [N, d] gather is a large copy on a 49k vocabulary)
+        self.shared_projection = draft_rows_of(self.model.trunk.unembedding.detach(), self.draft_ids)  # [V or N, d]
         self.next_logits: torch.Tensor | None = None  # [K-1, V] horizons 2..K at the last committed row
         self.identity, self.vocab = head_identity(self.model), vocab_identity(self.model)
         self.draft_blocks_s = 0.0
@@ -52,9 +55,11 @@ class IndependentHeads:
         """[G, d] draft rows at one position -> [K-1, V] logits, every horizon in one projection call."""
         normed = self.model.trunk.final_norm(rows)  # [G, d]
         if self.projections is None:
-            return draft_logits(normed, self.model.trunk.unembedding, self.draft_ids).expand(self.model.k - 1, -1)  # [K-1, V]
-        logits = torch.bmm(self.projections, normed.expand(self.model.k - 1, -1)[..., None])[..., 0]  # [K-1, V or N]
-        return logits if self.draft_ids is None else scatter_to_vocab(logits, self.draft_ids, self.vocab_size)  # [K-1, V]
+            logits = F.linear(normed, self.shared_projection)  # [G, V or N]: G = 1 (identity rows) or K-1
+        else:
+            logits = torch.bmm(self.projections, normed.expand(self.model.k - 1, -1)[..., None])[..., 0]  # [K-1, V or N]
+        logits = logits if self.draft_ids is None else scatter_to_vocab(logits, self.draft_ids, self.vocab_size)  # [G or K-1, V]
+        return logits.expand(self.model.k - 1, -1)  # [K-1, V]
 
     def after_verify(self, target_pass, rows: list[int]) -> None:
         last = rows[-1]  # the last row the target commits

@@ -89,9 +89,13 @@ def draft_rows_of(weight: torch.Tensor, ids: torch.Tensor | None) -> torch.Tenso
 
 def draft_logits(normed: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
     """[..., d] normed rows, [V, d] projection -> [..., V] logits, projected on the draft rows only when `ids` is set."""
-    if ids is None:
-        return F.linear(normed, weight)  # [..., V]
-    return scatter_to_vocab(F.linear(normed, weight[ids]), ids, weight.shape[0])  # [..., N] -> [..., V]
+    return logits_on_rows(normed, draft_rows_of(weight, ids), ids, weight.shape[0])  # [..., V]
+
+
+def logits_on_rows(normed: torch.Tensor, rows: torch.Tensor, ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
+    """[..., d] normed rows, `draft_rows_of` a projection ([N, d], or [V, d] when `ids` is None) -> [..., V] logits."""
+    logits = F.linear(normed, rows)  # [..., N or V]
+    return logits if ids is None else scatter_to_vocab(logits, ids, vocab_size)  # [..., V]
 
 
 def choose_draft_vocab(model, train_rows) -> dict | None:

@@ -18,12 +18,11 @@ from typing import Protocol
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from lab.inference.proposer import head_identity, vocab_identity
 from lab.inference.sampling import TokenChooser
 from lab.inference.tree import ProposalBuffer, TreeShape, build_buffer
-from lab.model.draft_vocab import draft_rows_of, scatter_to_vocab
+from lab.model.draft_vocab import draft_rows_of, logits_on_rows
 
 
 class ChainHead(Protocol):
@@ -75,9 +74,7 @@ class DeepSeekChain:
         projection rows gathered once per request instead of at every draft step."""
         if k not in self.projections:
             self.projections[k] = draft_rows_of(self.head.projection(k, self.model.shared_parts()).detach(), self.model.draft_ids)  # [V or N, d]
-        logits = F.linear(self.model.trunk.final_norm(row), self.projections[k])  # [V or N]
-        ids = self.model.draft_ids
-        return logits if ids is None else scatter_to_vocab(logits, ids, self.model.trunk.unembedding.shape[0])  # [V]
+        return logits_on_rows(self.model.trunk.final_norm(row), self.projections[k], self.model.draft_ids, self.model.trunk.unembedding.shape[0])  # [V]
 
     def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
         drafts, probs = self.draft_chain(tokens, frontier, m, chooser)

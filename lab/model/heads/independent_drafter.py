@@ -16,13 +16,12 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.nn.functional as F
 
 from lab.errors import require
 from lab.inference.proposer import head_identity, vocab_identity
 from lab.inference.sampling import TokenChooser
 from lab.inference.tree import ProposalBuffer, TreeShape, build_buffer, ranked_candidates
-from lab.model.draft_vocab import draft_rows_of, scatter_to_vocab
+from lab.model.draft_vocab import draft_rows_of, logits_on_rows, scatter_to_vocab
 
 
 class IndependentHeads:
@@ -54,12 +53,10 @@ class IndependentHeads:
     def draft_logits(self, rows: torch.Tensor) -> torch.Tensor:
         """[G, d] draft rows at one position -> [K-1, V] logits, every horizon in one projection call."""
         normed = self.model.trunk.final_norm(rows)  # [G, d]
-        if self.projections is None:
-            logits = F.linear(normed, self.shared_projection)  # [G, V or N]: G = 1 (identity rows) or K-1
-        else:
-            logits = torch.bmm(self.projections, normed.expand(self.model.k - 1, -1)[..., None])[..., 0]  # [K-1, V or N]
-        logits = logits if self.draft_ids is None else scatter_to_vocab(logits, self.draft_ids, self.vocab_size)  # [G or K-1, V]
-        return logits.expand(self.model.k - 1, -1)  # [K-1, V]
+        if self.projections is None:  # G = 1 (identity rows) or K-1 rows, one shared projection
+            return logits_on_rows(normed, self.shared_projection, self.draft_ids, self.vocab_size).expand(self.model.k - 1, -1)  # [K-1, V]
+        logits = torch.bmm(self.projections, normed.expand(self.model.k - 1, -1)[..., None])[..., 0]  # [K-1, V or N]
+        return logits if self.draft_ids is None else scatter_to_vocab(logits, self.draft_ids, self.vocab_size)  # [K-1, V]
 
     def after_verify(self, target_pass, rows: list[int]) -> None:
         last = rows[-1]  # the last row the target commits

@@ -1,7 +1,8 @@
-"""The head cases the tests run over, generated from the head registry (`lab.model.heads.HEADS`).
+"""The head cases the tests run over, generated from the head registry (`lab.model.heads.HEAD_SPECS`).
 
-`case(name)` is an architecture's example config: its name, its K (1 for the baseline, `EXAMPLE_K`
-otherwise) and the fields its own config derives from K (DeepSeek's `depth` = K - 1). `cases()` is
+`case(name)` is an architecture's example config, as its `HeadSpec.example` gives it: its name, its K
+(`EXAMPLE_K` unless the spec fixes one: the baseline's is 1) and the fields its own config derives
+from K (DeepSeek's `depth` = K - 1). `cases()` is
 every registered architecture's example, in registry order, so a table built from it covers an
 architecture the moment it is registered; a test file adds its variants (`case("linear",
 unembedding="replicated")`) under names of its own. `overrides(...)` gives a case as the CLI's
@@ -10,20 +11,15 @@ unembedding="replicated")`) under names of its own. `overrides(...)` gives a cas
 
 from __future__ import annotations
 
-from dataclasses import fields
+from lab.model.heads import HEAD_SPECS, head_spec
 
-from lab.model.heads import HEADS, head_class
-
-HEAD_NAMES = tuple(HEADS)
+HEAD_NAMES = tuple(HEAD_SPECS)  # the shipped heads (a head a test registers later is not among them)
 EXAMPLE_K = 3  # three horizons: a first, a middle and a last one
 
 
 def case(name: str, k: int | None = None, **options) -> dict:
-    """Head `name` with K = `k` (default `EXAMPLE_K`; the baseline's is 1) and `options` on top."""
-    head = head_class(name)
-    k = 1 if head.is_baseline else (EXAMPLE_K if k is None else k)
-    derived = {"depth": k - 1} if "depth" in {f.name for f in fields(head.config_class)} else {}
-    return {"name": name, "k": k, **derived, **options}
+    """Head `name`'s example at K = `k` (default `EXAMPLE_K`; a spec may fix its own) and `options` on top."""
+    return {**head_spec(name).example(EXAMPLE_K if k is None else k), **options}
 
 
 def cases(*names: str, k: int | None = None, **options) -> dict[str, dict]:

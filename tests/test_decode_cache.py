@@ -13,7 +13,7 @@ import torch
 
 from lab.inference.sampling import TokenChooser
 from lab.inference.target import TRUNK, CachedModel
-from lab.model.heads.deepseek_drafter import DeepSeekChain
+from lab.model.heads.deepseek.drafter import DeepSeekChain
 from lab.model.heads.independent_drafter import IndependentHeads
 from tests.head_cases import case, cases, split
 from tests.helpers import build_model, make_batch

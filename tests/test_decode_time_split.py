@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lab.decode import generate
-from lab.model.heads.deepseek_drafter import DeepSeekChain
+from lab.model.heads.deepseek.drafter import DeepSeekChain
 from tests.helpers import build_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -8,8 +8,9 @@ import subprocess
 
 import pytest
 
-from lab.checkpoint.check_release import check_main
-from lab.checkpoint.deepseek_layout import inspect_layout
+from lab.checkpoint.layouts import RELEASE_IO
+from lab.model.heads.deepseek.check import check_main
+from lab.model.heads.deepseek.layout import inspect_layout
 from lab.checkpoint.export import main as lab_export
 from tests.cli import SUBPROCESS_TIMEOUT, command_in_process
 from tests.deepseek_fixtures import write_deepseek_release
@@ -30,7 +31,7 @@ def complete(tmp_path_factory):
 
 
 def run_check(folder, capsys) -> tuple[int, list[str]]:
-    code = check_main(str(folder))
+    code = check_main(str(folder), RELEASE_IO)
     return code, capsys.readouterr().out.strip().splitlines()
 
 

@@ -126,11 +126,11 @@ def test_the_checks_see_a_violation():
     """The instruments themselves: upward edges, core/head imports of the application and a name comparison are found."""
     rank = {name: i for i, name in enumerate(LAYERS)}
     assert rank[unit("lab.report.render")] > rank[unit("lab.model.mtp")]  # model -> report would be upward
-    wrong = {"lab.inference.target": {"lab.decode.generate", "lab.model.mtp"}, "lab.model.heads.deepseek_drafter": {"lab.decode.loading"},
+    wrong = {"lab.inference.target": {"lab.decode.generate", "lab.model.mtp"}, "lab.model.heads.deepseek.drafter": {"lab.decode.loading"},
              "lab.model.trunk": {"lab.model.heads.base"}, "lab.model": {"lab.model.mtp"}, "lab.decode.proposers": {"lab.model.heads"}}
     assert upward_imports(wrong) == ["lab.inference.target -> lab.decode.generate", "lab.inference.target -> lab.model.mtp",
-                                     "lab.model.heads.deepseek_drafter -> lab.decode.loading", "lab.model.trunk -> lab.model.heads.base"]
+                                     "lab.model.heads.deepseek.drafter -> lab.decode.loading", "lab.model.trunk -> lab.model.heads.base"]
     assert imports_into(wrong, {"inference", "model.heads"}, "decode") == ["lab.inference.target -> lab.decode.generate",
-                                                                           "lab.model.heads.deepseek_drafter -> lab.decode.loading"]
+                                                                           "lab.model.heads.deepseek.drafter -> lab.decode.loading"]
     pattern = re.compile(r"""(==|!=)\s*["'](ntp)["']""")
     assert pattern.search('if v.head == "ntp":')

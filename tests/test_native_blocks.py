@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from lab.errors import ConfigError
 from lab.inference.sampling import TokenChooser
 from lab.inference.target import CachedModel
-from lab.model.heads.deepseek_drafter import DeepSeekChain
+from lab.model.heads.deepseek.drafter import DeepSeekChain
 from lab.model.mtp import build_model
 from lab.model.native_layers import native_decoder_layer
 from tests.head_cases import case, cases

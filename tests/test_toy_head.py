@@ -1,24 +1,50 @@
-"""A new head is one class (plus a config entry): a toy head defined only here goes through
-training, the checkpoint manifest, an exact resume and both exports without any other file knowing it.
+"""A new head architecture is one spec, one registry line and one YAML (docs/heads.md, "Adding an architecture").
 
-ToyHead: horizon 1 is the trunk state itself; horizon k ≥ 2 is the trunk state times a learned
-per-horizon gain vector `gains.{k-2}` (a container whose index i serves horizon i + 2), with an
-option of its own (`init_gain`). Everything the harness must know about it is on the class.
+The toy architecture below is defined here, outside lab/: horizon 1 is the trunk state itself, horizon
+k ≥ 2 the trunk state times a learned per-horizon gain vector `gains.{k-2}`, with an option of its own
+(`init_gain`); it drafts with the shared independent drafter and declares a release layout of its own
+("toy": the whole model as one safetensors file beside a config.json). It is registered with
+`register_head` (removed after each test) and, in the first test, its YAML sits in a temporary config
+folder on Hydra's search path. Nothing else in the harness is told about it: it trains (the real config
+composed by Hydra, a real Trainer), decodes exactly (speculative greedy == plain greedy), goes through
+`lab-export --format toy` and back through `lab-generate`'s loader, and its checkpoints carry its
+manifest, resume bitwise and export as next-token and keep-heads releases.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 
 from lab.checkpoint import build_manifest, load_checkpoint, validate_checkpoint
-from lab.errors import ConfigError
 from lab.checkpoint.export import export, load_release
-from lab.model.heads import HEADS, HeadConfig, MTPHead, endpoint_horizon
-from tests.fit_helpers import fit
+from lab.checkpoint.export import main as lab_export
+from lab.decode import generate
+from lab.decode.loading import load_for_generation
+from lab.errors import ConfigError, require
+from lab.model.heads import HEAD_SPECS, head_spec, register_head, release_layouts, unregister_head
+from lab.model.heads.base import HeadConfig, MTPHead
+from lab.model.heads.independent_drafter import IndependentHeads
+from lab.model.heads.spec import HeadSpec, LoadedFolder, ReleaseLayout
+from tests.fit_helpers import compose_cfg, fit
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+TOY_YAML = """\
+# `head=toy head.k=K`: the test's own architecture (tests/test_toy_head.py)
+defaults:
+  - ntp
+  - _self_
+name: toy
+k: 3
+init_gain: 0.5
+"""
+TOY_FORMAT = "toy-mtp"
 
 
 @dataclass
@@ -28,8 +54,12 @@ class ToyConfig(HeadConfig):
 
 
 class ToyHead(MTPHead):
+    """Horizon 1 is the trunk state itself; horizon k ≥ 2 is the trunk state times its own learned gain vector."""
+
     config_class = ToyConfig
-    horizon_containers = {**MTPHead.horizon_containers, "gains": 2}
+    horizon_containers = {**MTPHead.horizon_containers, "gains": 2}  # gains.i serves horizon i + 2
+    drafter = IndependentHeads  # drafts with the shared independent-heads drafter
+    unused_options = ("n_layers", "init", "block")
 
     @classmethod
     def check_config(cls, cfg):
@@ -41,21 +71,112 @@ class ToyHead(MTPHead):
         super().__init__(cfg, model_cfg)
         self.gains = nn.ParameterList(nn.Parameter(torch.full((model_cfg.d_model,), cfg.init_gain)) for _ in range(cfg.k - 1))
 
-    def forward(self, trunk_hidden, batch, ctx, shared):
-        rows = [trunk_hidden] + [self.extra_horizon_input(trunk_hidden) * gain for gain in self.gains]  # K × [B, S, d]
-        return [endpoint_horizon(k, r, batch, shared.final_norm, self.projection(k, shared)) for k, r in enumerate(rows, start=1)]
+    def rows(self, k: int, trunk_hidden: torch.Tensor) -> torch.Tensor:
+        return trunk_hidden if k == 1 else trunk_hidden * self.gains[k - 2]  # [B, S, d]
+
+    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
+        return [self.endpoint(k, self.rows(k, trunk_hidden if k == 1 else self.extra_horizon_input(trunk_hidden)), batch, shared)
+                for k in range(1, self.horizons_to_run(n_horizons) + 1)]
+
+    def horizon_rows(self, trunk_hidden, ctx_for):
+        for k in range(1, self.k + 1):
+            yield self.rows(k, trunk_hidden)  # [B, S, d]
 
 
-TOY = ["head.name=toy", "head.k=3", "+head.init_gain=0.5"]
+def export_toy(checkpoint: dict, out: Path, model, io) -> str:
+    require(isinstance(model.head, ToyHead), "--format", f"toy exports head=toy runs; this checkpoint's head is '{model.head_cfg.name}'")
+    from safetensors.torch import save_file
+
+    tensors = {key: value.detach().clone().contiguous() for key, value in model.state_dict().items()}  # own storage each (tied weights)
+    config = {"format": TOY_FORMAT, "model": io.plain(model.model_cfg), "head": io.plain(model.head_cfg),
+              "tokenizer": checkpoint["mtp_manifest"]["tokenizer"]}
+    with io.staged_folder(out) as tmp:
+        save_file(tensors, tmp / "model.safetensors")
+        (tmp / "config.json").write_text(json.dumps(config))
+    return f"toy folder: {out}"
+
+
+def is_toy_folder(path: Path) -> bool:
+    config = path / "config.json"
+    return config.is_file() and json.loads(config.read_text()).get("format") == TOY_FORMAT
+
+
+def load_toy(folder: Path, io) -> LoadedFolder:
+    from safetensors.torch import load_file
+
+    from lab.data.tokenizers import tokenizer_from_identity
+
+    config = json.loads((folder / "config.json").read_text())
+    model = io.build_model(config["model"], config["head"])
+    model.load_state_dict(load_file(folder / "model.safetensors"), strict=True)
+    return LoadedFolder(model.eval(), tokenizer_from_identity(config["tokenizer"]))
+
+
+TOY = HeadSpec(name="toy", module=ToyHead, display_rank=100,
+               release_layouts={"toy": ReleaseLayout(name="toy", help="the test's toy layout", export=export_toy, recognizes=is_toy_folder, load=load_toy)})
 
 
 @pytest.fixture
-def toy_registered(monkeypatch):
-    monkeypatch.setitem(HEADS, "toy", ToyHead)
+def toy_head():
+    register_head(TOY)  # the one registry line
+    yield TOY
+    unregister_head(TOY.name)
 
 
-def test_toy_head_trains_checkpoints_resumes_and_exports(toy_registered, tmp_path, tiny_cfg):
-    cfg = tiny_cfg(*TOY)
+@pytest.fixture
+def toy_conf(tmp_path) -> str:
+    """A config folder holding conf/head/toy.yaml, given to Hydra as `hydra.searchpath` (conf/ stays the primary)."""
+    (tmp_path / "conf" / "head").mkdir(parents=True)
+    (tmp_path / "conf" / "head" / "toy.yaml").write_text(TOY_YAML)
+    return f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+
+
+def test_a_head_defined_outside_lab_trains_decodes_exactly_and_round_trips_its_layout(toy_head, toy_conf, tmp_path):
+    cfg = compose_cfg(toy_conf, "head=toy", "callbacks.decoding.prompts=0", cache_dir=tmp_path / "cache")
+    assert (cfg.head.name, cfg.head.k, cfg.head.init_gain) == ("toy", 3, 0.5)  # conf/head/toy.yaml, found on the search path
+    _, module, _ = fit(cfg, tmp_path / "run", max_steps=4)
+    model = module.model.eval()
+    assert isinstance(model.head, ToyHead) and model.k == 3
+    assert all(not torch.equal(gain, torch.full_like(gain, 0.5)) for gain in model.head.gains)  # both horizons' own weights trained
+
+    # Exact decoding: greedy speculative with the toy's drafts emits plain greedy's tokens.
+    vocab = model.model_cfg.vocab_size
+    for seed, length in ((0, 1), (1, 7)):
+        prompt = torch.randint(0, vocab, (length,), generator=torch.Generator().manual_seed(seed))
+        plain = generate(model, prompt, 24)
+        spec = generate(model, prompt, 24, speculative=True)
+        assert spec.tokens == plain.tokens
+        assert sum(spec.stats["proposed_by_position"]) > 0  # the toy head drafted
+
+    # Its release layout: lab-export --format toy, then lab-generate's loader reads the folder back.
+    out = tmp_path / "toy-release"
+    lab_export([str(tmp_path / "run" / "checkpoints" / "last.ckpt"), "--format", "toy", "--out", str(out)])
+    loaded = load_for_generation(out)
+    assert loaded.source == "toy" and isinstance(loaded.model.head, ToyHead)
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[key], value), key
+    prompt = torch.tensor([3, 1, 4, 1, 5])
+    assert generate(loaded.model, prompt, 24, speculative=True).tokens == generate(model, prompt, 24).tokens
+
+
+def test_registering_is_checked_and_undone(toy_head):
+    assert head_spec("toy") is TOY and "toy" in release_layouts()
+    with pytest.raises(ConfigError, match=r"^head.name: 'toy' is registered already"):
+        register_head(TOY)
+    with pytest.raises(ConfigError, match=r"^head.name: 'ntp' is a shipped head"):
+        unregister_head("ntp")
+    unregister_head("toy")
+    assert "toy" not in HEAD_SPECS and "toy" not in release_layouts()
+    with pytest.raises(ConfigError, match=r"^head.name: unknown head 'toy'; allowed: ntp, linear, "):
+        head_spec("toy")
+    register_head(TOY)  # for the fixture's own removal
+
+
+TOY_OVERRIDES = ["head.name=toy", "head.k=3", "+head.init_gain=0.5"]
+
+
+def test_toy_head_trains_checkpoints_resumes_and_exports(toy_head, tmp_path, tiny_cfg):
+    cfg = tiny_cfg(*TOY_OVERRIDES)
     # Uninterrupted: 4 steps. Interrupted: 2 steps, then a resume from the step-2 checkpoint to 4.
     _, full, datamodule = fit(cfg, tmp_path / "full", max_steps=4)
     fit(cfg, tmp_path / "first", max_steps=2)
@@ -93,7 +214,7 @@ def test_toy_head_trains_checkpoints_resumes_and_exports(toy_registered, tmp_pat
     assert isinstance(kept.head, ToyHead) and torch.equal(kept.head.gains[1], model.head.gains[1])
 
 
-def test_toy_head_options_are_checked_once_at_build(toy_registered, tiny_cfg):
+def test_toy_head_options_are_checked_once_at_build(toy_head, tiny_cfg):
     with pytest.raises(ConfigError, match=r"^head\.init_gain: must be > 0"):
         _build(tiny_cfg("head.name=toy", "head.k=2", "+head.init_gain=0"))
     with pytest.raises(ConfigError, match=r"^head\.depth: not an option of head 'toy'"):

@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import lab.inference.target as target
 from lab.decode import generate
-from lab.model.heads.deepseek_drafter import DeepSeekChain
+from lab.model.heads.deepseek.drafter import DeepSeekChain
 from lab.model.heads.independent_drafter import IndependentHeads
 from lab.model.mtp import build_model
 

@@ -35,6 +35,8 @@ from lab.errors import ConfigError, require
 from lab.checkpoint.files import honour_umask
 from lab.checkpoint.base_model import base_state_keys, check_same_base, with_base_weights
 from lab.checkpoint.export_hf import check_out_folder
+from lab.model.heads import release_layouts
+from lab.model.heads.spec import ReleaseLayout
 from lab.model.hf_weights import audit_folder
 from lab.model.mtp import MTPModel, build_model
 
@@ -226,30 +228,35 @@ def write_hf_folder(args) -> None:
     print(f"hf folder: {args.out} (AutoModelForCausalLM.from_pretrained reads it; model=hf model.path={args.out})")
 
 
-def write_medusa_folder(args) -> None:
-    from lab.checkpoint.export_medusa import export_medusa
+def write_head_layout(layout: ReleaseLayout):
+    """The writer of `--format <layout.name>`: a release layout a head folder declares (lab/checkpoint/layouts.py)."""
+    def write(args) -> None:
+        from lab.checkpoint.layouts import RELEASE_IO
 
-    check_out_folder(Path(args.out))
-    checkpoint = load_checkpoint(args.ckpt)
-    config = export_medusa(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
-    print(f"medusa folder: {args.out} ({config['num_heads']} heads × {config['num_hidden_layers']} blocks; base: {config['base_model']['path']})")
+        check_out_folder(Path(args.out))
+        checkpoint = load_checkpoint(args.ckpt)
+        print(layout.export(checkpoint, Path(args.out), model_from_checkpoint(checkpoint), RELEASE_IO))
 
-
-def write_deepseek_layout(args) -> None:
-    from lab.checkpoint.check_release import report_lines
-    from lab.checkpoint.export_deepseek import export_deepseek
-
-    check_out_folder(Path(args.out))
-    checkpoint = load_checkpoint(args.ckpt)
-    verdict = export_deepseek(checkpoint, Path(args.out), model_from_checkpoint(checkpoint))
-    print("\n".join(report_lines(verdict.report, None, verdict.mtp_problem, verdict.fusion_line)))
+    return write
 
 
-# `--format` → the writer of that layout
-FORMATS = {"lab": write_lab_release, "hf": write_hf_folder, "medusa": write_medusa_folder, "deepseek": write_deepseek_layout}
-FORMAT_HELP = ("lab: the harness's release folder; hf: a model=hf run's trunk as a Hugging Face folder (save_pretrained + tokenizer); "
-               "medusa: a head=medusa run on model=hf in vLLM's Medusa layout beside a pointer to its base; "
-               "deepseek: a head=deepseek run on a model=hf family with MTP layers, depths as model.layers.{N+d-1}")
+# `--format` → the writer of that layout: the harness's own two, then every registered head's layouts
+OWN_FORMATS = {"lab": (write_lab_release, "the harness's release folder"),
+               "hf": (write_hf_folder, "a model=hf run's trunk as a Hugging Face folder (save_pretrained + tokenizer)")}
+
+
+def formats() -> dict[str, tuple]:
+    """format name → (writer, help line), in `--format`'s order."""
+    return {**OWN_FORMATS, **{name: (write_head_layout(layout), layout.help) for name, layout in release_layouts().items()}}
+
+
+def check_folder(folder: str) -> int:
+    """`lab-export --check DIR`: the verdict of the release layout that checks DIR (lab/checkpoint/layouts.py)."""
+    from lab.checkpoint.layouts import RELEASE_IO, checking_layout
+
+    layout = checking_layout(Path(folder))
+    require(layout is not None, "--check", "no registered release layout checks folders")
+    return layout.check(folder, RELEASE_IO)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -257,18 +264,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("ckpt", nargs="?", help="checkpoint file (e.g. <run dir>/checkpoints/last.ckpt)")
     parser.add_argument("--out", help="release folder to create (must not exist or be empty)")
     parser.add_argument("--keep-heads", action="store_true", help="keep the auxiliary MTP heads (speculative decoding)")
-    parser.add_argument("--format", choices=tuple(FORMATS), default="lab", help=FORMAT_HELP)
-    parser.add_argument("--check", metavar="DIR", help="report a DeepSeek-layout folder's two gates (target-only and MTP completeness), "
-                                                        "its fusion order, keys per MTP layer, what is missing; exit 1 when a gate fails")
+    writers = formats()
+    parser.add_argument("--format", choices=tuple(writers), default="lab", help="; ".join(f"{name}: {help}" for name, (_, help) in writers.items()))
+    parser.add_argument("--check", metavar="DIR", help="report a release folder's verdict (a DeepSeek-layout folder: its two gates, target-only "
+                                                        "and MTP completeness, its fusion order, keys per MTP layer, what is missing); exit 1 when it fails")
     args = parser.parse_args(argv)
     try:
         if args.check is not None:
-            from lab.checkpoint.check_release import check_main
-
-            sys.exit(check_main(args.check))
+            sys.exit(check_folder(args.check))
         require(args.ckpt is not None, "CKPT", "give the checkpoint to export (or --check DIR)")
         require(args.out is not None, "--out", "give the folder to create")
-        FORMATS[args.format](args)
+        writers[args.format][0](args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -1,4 +1,4 @@
-"""`init_from=<checkpoint | run dir | release dir | Medusa folder | hf:DeepSeek-layout folder>`: start a run from another model's weights (weights only).
+"""`init_from=<checkpoint | run dir | release dir | a head's release layout folder (Medusa folder, hf:DeepSeek-layout folder)>`: start a run from another model's weights (weights only).
 
 Nothing but tensors is taken: no optimizer state, step, λ position or RNG (that is a resume,
 `ckpt_path`). Two-stage recipes use it: train a next-token model, then train heads on it with
@@ -15,26 +15,35 @@ from pathlib import Path
 
 import torch
 
+from lab.checkpoint.layouts import RELEASE_IO, layout_of_folder
 from lab.checkpoint.loading import load_checkpoint
 from lab.checkpoint.manifest import plain
 from lab.errors import ConfigError, require
+from lab.model.heads import release_layouts
+from lab.model.heads.spec import InitFromReader
 
 
-HF_PREFIX = "hf:"  # init_from=hf:<folder>: a Hugging Face folder in the DeepSeek MTP layout (lab/checkpoint/import_deepseek.py)
+def folder_reader(source: str | Path) -> tuple[InitFromReader, Path] | None:
+    """The reader of a registered release layout that takes `source` (by its prefix, or by recognising the folder)."""
+    readers = [reader for layout in release_layouts().values() if (reader := layout.init_from) is not None]
+    for reader in readers:
+        if reader.prefix is not None and str(source).startswith(reader.prefix):
+            folder = Path(str(source)[len(reader.prefix):]).expanduser()
+            require((folder / "config.json").is_file(), "init_from", f"{source}: no Hugging Face folder (config.json) at {folder}")
+            return reader, folder
+    layout = layout_of_folder(Path(source))
+    if layout is not None and layout.init_from is not None and layout.init_from.prefix is None:
+        return layout.init_from, Path(source)
+    return None
 
 
 def parent_files(source: str | Path) -> tuple[str, Path]:
-    """("checkpoint" | "release" | "medusa" | "hf", the file whose sha256 identifies the parent)."""
-    if str(source).startswith(HF_PREFIX):
-        folder = Path(str(source)[len(HF_PREFIX):]).expanduser()
-        require((folder / "config.json").is_file(), "init_from", f"{source}: no Hugging Face folder (config.json) at {folder}")
-        index = folder / "model.safetensors.index.json"
-        return "hf", index if index.is_file() else folder / "model.safetensors"
+    """("checkpoint" | "release" | a release layout's reader kind, the file whose sha256 identifies the parent)."""
+    found = folder_reader(source)
+    if found is not None:
+        reader, folder = found
+        return reader.kind, reader.identity_file(folder)
     path = Path(source)
-    from lab.checkpoint.export_medusa import is_medusa_folder
-
-    if is_medusa_folder(path):
-        return "medusa", path / "model.safetensors"
     if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         return "release", path / "model.safetensors"
     if path.is_dir():
@@ -43,42 +52,12 @@ def parent_files(source: str | Path) -> tuple[str, Path]:
     return "checkpoint", path
 
 
-def hf_folder_weights(folder: Path, model) -> tuple[dict[str, torch.Tensor], dict, dict, str | None]:
-    """A DeepSeek-layout folder as a parent: its main model, and its depths when this run's head drafts the same chain
-    (the folder's eh_proj columns put in this head's declared order). A folder without its MTP layers gives a target only."""
-    from lab.checkpoint.import_deepseek import deepseek_head, load_deepseek_folder
-    from lab.data.hf_tokenizer import HFTokenizer
-
-    wants_depths = "deepseek" in model.head.release_layouts
-    imported = load_deepseek_folder(folder, head_order=model.head_cfg.fusion_order if wants_depths else "he")
-    tokenizer = HFTokenizer(str(folder), "init_from").identity if (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file() else {}
-    state = imported.model.state_dict()
-    if not wants_depths:
-        return {key: value for key, value in state.items() if key.startswith("trunk.")}, {"vocab_size": imported.model.trunk.cfg.vocab_size}, tokenizer, None
-    require(imported.proposer_refusal is None, "init_from", imported.proposer_refusal or "")
-    expected = deepseek_head(imported.report.depth, model.head_cfg.fusion_order)
-    for key in ("depth", "block", "hidden_input") + (("chain_state",) if imported.report.depth > 1 else ()):
-        require(getattr(model.head_cfg, key, None) == expected[key], f"head.{key}",
-                f"the folder's depths compute with head.{key}={expected[key]} (what transformers runs); this run has {getattr(model.head_cfg, key, None)}")
-    return state, {"vocab_size": imported.model.trunk.cfg.vocab_size}, tokenizer, "deepseek"
-
-
-def medusa_folder_weights(folder: Path, model) -> tuple[dict[str, torch.Tensor], dict, dict, str | None]:
-    """A `lab-export --format medusa` folder: its base (identity checked) and its heads."""
-    from lab.checkpoint.export_medusa import load_medusa, medusa_tokenizer
-
-    medusa = load_medusa(folder)
-    return medusa.state_dict(), {"vocab_size": medusa.trunk.cfg.vocab_size}, medusa_tokenizer(folder).identity, medusa.head_cfg.name
-
-
-# Parents that are folders in a layout outside the harness: kind -> reader(folder, this run's model)
-FOLDER_READERS = {"hf": hf_folder_weights, "medusa": medusa_folder_weights}
-
-
 def parent_weights(kind: str, path: Path, model=None) -> tuple[dict[str, torch.Tensor], dict, dict, str | None]:
     """(model state keyed like MTPModel.state_dict, the parent's model config, its tokenizer identity, its head name)."""
-    if kind in FOLDER_READERS:
-        return FOLDER_READERS[kind](path.parent, model)
+    readers = {layout.init_from.kind: layout.init_from for layout in release_layouts().values() if layout.init_from is not None}
+    if kind in readers:
+        parent = readers[kind].read(path.parent, model, RELEASE_IO)
+        return parent.state, parent.model, parent.tokenizer, parent.head
     if kind == "release":
         from safetensors.torch import load_file
 

@@ -1,7 +1,8 @@
 """What `lab-generate` decodes with: the model, its tokenizer and its context length.
 
 Accepts a training checkpoint (`.ckpt`, loaded with weights_only=True), a run directory
-(its `checkpoints/last.ckpt`) or a release directory written by `lab-export`.
+(its `checkpoints/last.ckpt`), a release directory written by `lab-export`, or a folder in a head's
+release layout (lab/checkpoint/layouts.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ class Loaded:
     model: object  # MTPModel in eval mode
     tokenizer: object  # lab.data.tokenizers.ByteTokenizer | BPETokenizer
     context: int | None  # training sequence length (longest prompt accepted); None if unknown
-    source: str  # "checkpoint", "release", "medusa" or "deepseek"
+    source: str  # "checkpoint", "release", or the release layout's format name ("medusa", "deepseek")
     proposer_refusal: str | None = None  # why the model may not draft (a DeepSeek-layout folder without its MTP layers)
 
 
@@ -35,20 +36,12 @@ def tokenizer_from_payload(payload: dict | None, manifest: dict):
 
 def load_for_generation(path: str | os.PathLike) -> Loaded:
     path = Path(path)
-    from lab.checkpoint.export_medusa import is_medusa_folder
+    from lab.checkpoint.layouts import RELEASE_IO, layout_of_folder
 
-    if is_medusa_folder(path):
-        from lab.checkpoint.export_medusa import load_medusa, medusa_tokenizer
-
-        return Loaded(load_medusa(path), medusa_tokenizer(path), None, "medusa")
-    from lab.checkpoint.import_deepseek import is_deepseek_folder
-
-    if is_deepseek_folder(path):
-        from lab.checkpoint.import_deepseek import load_deepseek_folder
-        from lab.data.hf_tokenizer import HFTokenizer
-
-        imported = load_deepseek_folder(path)
-        return Loaded(imported.model, HFTokenizer(str(path), "DIR"), None, "deepseek", imported.proposer_refusal)
+    layout = layout_of_folder(path)  # a folder in a head's release layout (Medusa, DeepSeek)
+    if layout is not None and layout.load is not None:
+        loaded = layout.load(path, RELEASE_IO)
+        return Loaded(loaded.model, loaded.tokenizer, None, layout.name, loaded.proposer_refusal)
     if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         from lab.checkpoint.export import load_release, load_release_tokenizer
 

@@ -1,7 +1,7 @@
 """Which proposer a request drafts with: the head's own drafter, prompt lookup, or both merged.
 
-A head declares its drafter class on `MTPHead.drafter` (lab/model/heads/independent_drafter.py,
-lab/model/heads/deepseek_drafter.py); every proposer answers lab.inference.proposer.Proposer.
+A head declares its drafter class on `MTPHead.drafter`, read into its `HeadSpec` (lab/model/heads/independent_drafter.py,
+lab/model/heads/deepseek/drafter.py); every proposer answers lab.inference.proposer.Proposer.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from lab.errors import ConfigError, require
 from lab.inference.proposer import vocab_identity
 from lab.inference.target import CachedModel
 from lab.inference.tree import TreeShape
-from lab.model.heads import HEADS
+from lab.model.heads import head_spec, heads_that
 
 
 def build_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None = None, ngram: PromptLookup | None = None):
@@ -26,7 +26,7 @@ def build_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape 
 
 
 def heads_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None):
-    drafter = state.model.head.drafter
+    drafter = head_spec(state.model.head_cfg.name).drafter
     if drafter is None:
         return None
     if tree is None:
@@ -35,8 +35,3 @@ def heads_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape 
         raise ConfigError("tree", f"head '{state.model.head_cfg.name}' drafts a sequential chain; draft trees need independent heads "
                           f"({', '.join(heads_that('drafts_trees'))}); use tree=None")
     return drafter(state, draft_steps, tree)
-
-
-def heads_that(capability: str) -> list[str]:
-    """The registered heads whose drafter has `capability` (a HeadDrafter flag), in registry order."""
-    return [name for name, head in HEADS.items() if head.drafter is not None and getattr(head.drafter, capability)]

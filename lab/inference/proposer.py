@@ -1,6 +1,6 @@
 """The proposer protocol: what the decoder asks of whoever suggests the tokens the target verifies.
 
-A head declares its drafter class on `MTPHead.drafter` (lab/model/heads/base.py); prompt lookup
+A head declares its drafter class on `MTPHead.drafter` (lab/model/heads/base.py), read into its `HeadSpec`; prompt lookup
 (lab/decode/ngram.py) answers the same `Proposer` protocol. This module imports no model code,
 so a head's drafter can import it (and tree, sampling) without an import cycle.
 """

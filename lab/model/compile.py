@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from lab.errors import require
-from lab.model.heads import SHARDING_UNITS
+from lab.model.heads import sharding_units
 
 
 def split_compile_option(model: dict) -> tuple[dict, bool]:
@@ -29,7 +29,7 @@ def compile_units(model: nn.Module, **options) -> list[nn.Module]:
     compiled = []
 
     def visit(module: nn.Module) -> None:
-        if isinstance(module, tuple(SHARDING_UNITS)):
+        if isinstance(module, tuple(sharding_units())):
             module.compile(**options)
             compiled.append(module)
             return  # a unit's sub-units run inside its compiled graph

@@ -11,16 +11,16 @@ objective can project head rows through them outside any block's forward.
 from __future__ import annotations
 
 
-from lab.model.heads import SHARDING_UNITS  # head-owned: each head class names its units
+from lab.model.heads import sharding_units  # head-owned: each head class names its units
 from lab.model.trunk import Block
 
 
 def fsdp_strategy(*, activation_checkpointing: bool = False, **options):
-    """Lightning's FSDPStrategy wrapping every module in SHARDING_UNITS; `options` go to it unchanged."""
+    """Lightning's FSDPStrategy wrapping every module in `sharding_units()`; `options` go to it unchanged."""
     from pytorch_lightning.strategies import FSDPStrategy
 
     checkpointing = {Block} if activation_checkpointing else None  # blocks only: a depth module holds one
-    return FSDPStrategy(auto_wrap_policy=set(SHARDING_UNITS), activation_checkpointing_policy=checkpointing, **options)
+    return FSDPStrategy(auto_wrap_policy=set(sharding_units()), activation_checkpointing_policy=checkpointing, **options)
 
 
 def clip_gradient_norm(module, optimizer, max_norm: float | None) -> None:

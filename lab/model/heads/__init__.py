@@ -1,63 +1,106 @@
-"""Head registry: one file per architecture, selected by `head.name`.
+"""Head registry: one folder per architecture, each exposing a `HeadSpec`; selected by `head.name`.
 
-The registry's order is the display order of tables and figures; what reports need to know of
-an architecture (baseline, teacher-forced metrics, sharding units) is a class attribute, read
-through the functions below so that no code outside this package compares head names.
+`HEAD_SPECS` maps a name to its spec (lab/model/heads/spec.py). Every consumer reads it — the model
+builds `spec.module`, decoding builds `spec.drafter`, `lab-export --format`, `init_from` and
+`lab-generate` use `spec.release_layouts`, reports read the traits through the functions below, the
+tests parametrise over `spec.example(k)` — so no code outside a head folder compares head names or
+format names.
 
-A new architecture is one file here (an `MTPHead` subclass, with a `HeadConfig` subclass if
-it has options of its own) plus one entry in `HEADS` and one YAML in `conf/head/`. It drafts
-for speculative decoding with the drafter its class names (`MTPHead.drafter`): the independent
-heads' (independent_drafter.py) or one of its own, written against lab.inference's protocol.
+A new architecture is one folder `lab/model/heads/<name>/` (its `MTPHead` subclass, a `HeadConfig`
+subclass if it has options of its own, a drafter if the shared independent one does not fit, its
+release layouts, and `SPEC` in its `__init__`), one line in `SPECS` below (or `register_head(spec)`
+from outside the package) and one YAML in `conf/head/` (docs/heads.md).
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from lab.errors import ConfigError
-from lab.model.heads.anticausal import AnticausalHead
+from lab.model.heads import anticausal, causal, deepseek, identity, linear, medusa, ntp, parallel
 from lab.model.heads.base import HeadConfig, Horizon, KnownRows, MTPHead, NextTokenPath, SharedParts, Teacher, endpoint_horizon
-from lab.model.heads.causal import CausalHead
-from lab.model.heads.deepseek import DeepSeekConfig, DeepSeekHead
-from lab.model.heads.identity import IdentityHead
-from lab.model.heads.linear import LinearHead
-from lab.model.heads.medusa import MedusaHead
-from lab.model.heads.ntp import NextTokenHead
-from lab.model.heads.parallel import ParallelHead
+from lab.model.heads.deepseek import DeepSeekConfig
+from lab.model.heads.spec import HeadSpec, ReleaseLayout
 from lab.model.trunk import Block
 
-HEADS: dict[str, type[MTPHead]] = {
-    "ntp": NextTokenHead,
-    "linear": LinearHead,
-    "parallel": ParallelHead,
-    "causal": CausalHead,
-    "anticausal": AnticausalHead,
-    "deepseek": DeepSeekHead,
-    "identity": IdentityHead,
-    "medusa": MedusaHead,
-}
+SPECS = (ntp.SPEC, linear.SPEC, parallel.SPEC, causal.SPEC, anticausal.SPEC, deepseek.SPEC, identity.SPEC, medusa.SPEC)
 
-# Every transformer unit of trunk and heads: what FSDP wraps and `model.compile` compiles.
-SHARDING_UNITS: frozenset[type] = frozenset({Block}).union(*(head.sharding_units for head in HEADS.values()))
+HEAD_SPECS: dict[str, HeadSpec] = {spec.name: spec for spec in SPECS}
+
+
+class ModuleView(Mapping):
+    """`HEADS`: name -> module class, a live view of `HEAD_SPECS` (the registry's earlier form)."""
+
+    def __getitem__(self, name: str) -> type[MTPHead]:
+        return HEAD_SPECS[name].module
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(HEAD_SPECS)
+
+    def __len__(self) -> int:
+        return len(HEAD_SPECS)
+
+
+HEADS: Mapping[str, type[MTPHead]] = ModuleView()
+
+# Every transformer unit of trunk and heads: what FSDP wraps and `model.compile` compiles (shipped heads;
+# `sharding_units()` includes heads registered later).
+SHARDING_UNITS: frozenset[type] = frozenset({Block}).union(*(spec.module.sharding_units for spec in SPECS))
+
+
+def register_head(spec: HeadSpec) -> None:
+    """Add an architecture defined outside this package (a plugin, a test's toy head); its name and formats must be new."""
+    if spec.name in HEAD_SPECS:
+        raise ConfigError("head.name", f"'{spec.name}' is registered already")
+    taken = set(spec.release_layouts) & set(release_layouts())
+    if taken:
+        raise ConfigError("release_layouts", f"format '{sorted(taken)[0]}' is registered already")
+    HEAD_SPECS[spec.name] = spec
+
+
+def unregister_head(name: str) -> None:
+    """Remove a head `register_head` added (the shipped heads stay)."""
+    if name in {spec.name for spec in SPECS}:
+        raise ConfigError("head.name", f"'{name}' is a shipped head; only heads added with register_head can be removed")
+    HEAD_SPECS.pop(name, None)
+
+
+def sharding_units() -> frozenset[type]:
+    """`SHARDING_UNITS` plus the units of heads registered since import."""
+    return SHARDING_UNITS.union(*(spec.module.sharding_units for spec in HEAD_SPECS.values()))
+
+
+def head_spec(name: str) -> HeadSpec:
+    if name not in HEAD_SPECS:
+        raise ConfigError("head.name", f"unknown head '{name}'; allowed: {', '.join(HEAD_SPECS)}")
+    return HEAD_SPECS[name]
+
+
+def head_class(name: str) -> type[MTPHead]:
+    return head_spec(name).module
+
+
+def release_layouts() -> dict[str, ReleaseLayout]:
+    """Every registered head's release layouts by format name (`lab-export --format`), in registry order."""
+    return {name: layout for spec in HEAD_SPECS.values() for name, layout in spec.release_layouts.items()}
 
 
 def display_rank(name: str | None) -> int:
-    """Where head `name` stands in tables and figures: registry order, unknown names last."""
-    return list(HEADS).index(name) if name in HEADS else len(HEADS)
+    """Where head `name` stands in tables and figures; unknown names last."""
+    return HEAD_SPECS[name].display_rank if name in HEAD_SPECS else max(spec.display_rank for spec in HEAD_SPECS.values()) + 1
 
 
 def is_baseline(name: str | None) -> bool:
     """Head `name` is the next-token baseline (a head this install does not know is not)."""
-    return name in HEADS and HEADS[name].is_baseline
+    return name in HEAD_SPECS and HEAD_SPECS[name].is_baseline
 
 
 def teacher_forced(name: str | None) -> bool:
     """Head `name`'s horizon k ≥ 2 metrics are teacher-forced (docs/metrics.md)."""
-    return name in HEADS and HEADS[name].teacher_forced_metrics
+    return name in HEAD_SPECS and HEAD_SPECS[name].teacher_forced_metrics
 
 
-def head_class(name: str) -> type[MTPHead]:
-    if name not in HEADS:
-        raise ConfigError("head.name", f"unknown head '{name}'; allowed: {', '.join(HEADS)}")
-    return HEADS[name]
+def heads_that(capability: str) -> list[str]:
+    """The registered heads whose drafter has `capability` (a HeadDrafter flag), in registry order."""
+    return [name for name, spec in HEAD_SPECS.items() if spec.drafter is not None and getattr(spec.drafter, capability)]
 
 
 def head_config(values: Mapping | HeadConfig) -> HeadConfig:
@@ -72,6 +115,7 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 
 
 __all__ = [
-    "HEADS", "SHARDING_UNITS", "DeepSeekConfig", "display_rank", "is_baseline", "teacher_forced", "HeadConfig", "Horizon", "KnownRows", "MTPHead", "NextTokenPath", "SharedParts", "Teacher", "endpoint_horizon", "head_class",
-    "head_config",
+    "HEADS", "HEAD_SPECS", "SHARDING_UNITS", "DeepSeekConfig", "HeadConfig", "HeadSpec", "Horizon", "KnownRows", "MTPHead", "NextTokenPath",
+    "ReleaseLayout", "SharedParts", "Teacher", "display_rank", "endpoint_horizon", "head_class", "head_config", "head_spec", "heads_that",
+    "is_baseline", "register_head", "release_layouts", "sharding_units", "teacher_forced", "unregister_head",
 ]

@@ -216,17 +216,15 @@ class NextTokenPath:
 class MTPHead(nn.Module):
     """Base class: K horizons, optional replicated unembeddings, trunk-gradient ownership.
 
-    Everything the rest of the harness must know about one architecture lives on its class:
-    its config (`config_class`, `build_config`), compute matching (`main_path_blocks`), which
-    horizon each weight serves (`horizon_of`) and the next-token path (`next_token_path`).
+    What the module itself uses lives on its class: its config (`config_class`, `build_config`),
+    its drafter, compute matching (`main_path_blocks`), which horizon each weight serves
+    (`horizon_of`) and the next-token path (`next_token_path`). What the rest of the harness reads
+    (release layouts, report traits, test examples) is its folder's `HeadSpec` (lab/model/heads/spec.py).
     """
 
     config_class: type[HeadConfig] = HeadConfig
     # The modules FSDP shards and `model.compile` compiles one by one (the trunk's Block always is one).
     sharding_units: tuple[type[nn.Module], ...] = (Block,)
-    # What reports and figures need to know of an architecture (read through lab.model.heads, never by name):
-    is_baseline: bool = False  # the plain next-token model every variant is compared with
-    teacher_forced_metrics: bool = False  # horizon k ≥ 2 metrics see the true tokens up to t+k−1 (docs/metrics.md)
     # Head containers whose index i holds horizon i + offset (e.g. `projections.0` is horizon 1).
     horizon_containers: Mapping[str, int] = {"projections": 1}
 
@@ -261,9 +259,6 @@ class MTPHead(nn.Module):
     def check_config(cls, cfg: HeadConfig) -> None:
         """Start-up checks of this head's options (once, at build time)."""
         cfg.validate()
-
-    # Layouts outside the harness that hold this head's weights (`lab-export --format`, lab/checkpoint/export_*.py).
-    release_layouts: tuple[str, ...] = ()
 
     # The class decoding drafts with for this head (lab.inference.proposer.HeadDrafter): built once per
     # request as drafter(state, draft_steps[, tree]); its flags say whether it drafts trees and batches.

@@ -20,7 +20,7 @@ import torch.nn as nn
 from lab.errors import ConfigError, require
 from lab.labels import chain_masks
 from lab.model.heads.base import HeadConfig, Horizon, MTPHead, head_block_flops, native_layers
-from lab.model.heads.deepseek_drafter import DeepSeekChain
+from lab.model.heads.deepseek.drafter import DeepSeekChain
 from lab.model.native_layers import NativeLayers
 from lab.model.trunk import AttentionContext, Block, RMSNorm
 
@@ -68,10 +68,8 @@ class DepthModule(nn.Module):
 
 class DeepSeekHead(MTPHead):
     drafter = DeepSeekChain
-    release_layouts = ("deepseek",)  # model.layers.{N+d-1} after the main layers (lab/checkpoint/export_deepseek.py)
     config_class = DeepSeekConfig
     unused_options = ("n_layers",)  # one transformer block per depth module
-    teacher_forced_metrics = True  # depth k is fed tokens[t+1 .. t+k-1]: its accuracies are not blind guesses
     sharding_units = (DepthModule,)  # a depth module is one unit, its block nested inside it
     horizon_containers = {**MTPHead.horizon_containers, "depth_modules": 2}  # depth d predicts horizon d + 1
 
@@ -127,7 +125,7 @@ class DeepSeekHead(MTPHead):
     def module_at(self, d: int) -> DepthModule:
         return self.depth_modules[0 if self.cfg.share_depth_weights else d - 1]
 
-    # ---- decoding: the draft chain (lab.model.heads.deepseek_drafter.ChainHead) ---------
+    # ---- decoding: the draft chain (lab.model.heads.deepseek.drafter.ChainHead) ---------
     def chain_input(self, trunk_hidden, shared):
         """The target state that seeds depth 1 (as in training, before any detaching)."""
         return shared.final_norm(trunk_hidden) if self.cfg.hidden_input == "post_norm" else trunk_hidden  # [B, S, d]

@@ -3,7 +3,7 @@
 import torch
 
 from lab.model.heads.base import BlockStackHead
-from lab.model.heads.stacked import StackedBlocks
+from lab.model.heads.parallel.stacked import StackedBlocks
 
 
 class ParallelHead(BlockStackHead):

@@ -8,7 +8,7 @@ every round, and the next round recomputes the rows that became final from commi
 only (reseed), so no row that saw a rejected token survives.
 
 Written against the decoding core's model-free modules (tree, sampling, proposer) and the
-`ChainHead` members below, so lab/model/heads/deepseek.py can declare it without a cycle.
+`ChainHead` members below, so lab/model/heads/deepseek/head.py can declare it without a cycle.
 """
 
 from __future__ import annotations

@@ -24,12 +24,10 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
-from lab.checkpoint.export_hf import staged_folder, write_trunk_folder
-from lab.checkpoint.files import honour_umask
-from lab.checkpoint.manifest import plain
-from lab.errors import ConfigError, require
+from lab.errors import require
+from lab.model.heads.medusa.head import MedusaHead
+from lab.model.heads.spec import InitFromReader, LoadedFolder, ParentWeights, ReleaseIO, ReleaseLayout
 
 MEDUSA_FORMAT = 1
 VLLM_MODEL_TYPE = "medusa"  # vLLM's MedusaConfig.model_type
@@ -59,16 +57,18 @@ def points_at_base(model) -> bool:
     return identity["path"] is not None and model.head_cfg.trunk_grad == "frozen"
 
 
-def export_medusa(checkpoint: dict, out: Path, model) -> dict:
-    """Write `out` (all or nothing) from a model=hf, head=medusa checkpoint loaded as `model`; returns config.json."""
-    require("medusa" in model.head.release_layouts, "--format", f"medusa exports head=medusa runs; this checkpoint's head is '{model.head_cfg.name}'")
+def export_medusa(checkpoint: dict, out: Path, model, io: ReleaseIO) -> str:
+    """Write `out` (all or nothing) from a model=hf, head=medusa checkpoint loaded as `model`; returns what lab-export prints."""
+    from safetensors.torch import save_file
+
+    require(isinstance(model.head, MedusaHead), "--format", f"medusa exports head=medusa runs; this checkpoint's head is '{model.head_cfg.name}'")
     require(model.has_hf_trunk, "--format", "medusa needs a model=hf trunk (vLLM serves a Hugging Face base); this run trains the harness's GPT")
     trunk, head_cfg = model.trunk, model.head_cfg
-    with staged_folder(out) as tmp:
+    with io.staged_folder(out) as tmp:
         if points_at_base(model):
             base = dict(trunk.base_identity)
         else:
-            write_trunk_folder(checkpoint, model, tmp / "base")
+            io.write_trunk_folder(checkpoint, model, tmp / "base")
             base = {**base_identity_of_folder(tmp / "base", trunk.hf.config), "path": "base"}
         config = {
             "model_type": VLLM_MODEL_TYPE, "architectures": ["MedusaModel"],
@@ -76,14 +76,14 @@ def export_medusa(checkpoint: dict, out: Path, model) -> dict:
             "num_heads": model.k - 1, "num_hidden_layers": head_cfg.n_layers,
             "medusa_fc_bias": True, "original_lm_head": head_cfg.unembedding == "shared",
             "base_model": base,
-            "lab": {"format": MEDUSA_FORMAT, "head": plain(head_cfg), "final_norm": "after_blocks",
+            "lab": {"format": MEDUSA_FORMAT, "head": io.plain(head_cfg), "final_norm": "after_blocks",
                     "dtype": model.model_cfg.dtype, "attn_implementation": model.model_cfg.attn_implementation},
         }
         save_file(medusa_tensors(model), tmp / "model.safetensors", metadata={"format": "pt"})
-        honour_umask(tmp / "model.safetensors")
+        io.honour_umask(tmp / "model.safetensors")
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
     print(VLLM_NORM_NOTE, file=sys.stderr)
-    return config
+    return f"medusa folder: {out} ({config['num_heads']} heads × {config['num_hidden_layers']} blocks; base: {config['base_model']['path']})"
 
 
 def base_identity_of_folder(folder: Path, hf_config) -> dict:
@@ -105,9 +105,9 @@ def is_medusa_folder(path: Path) -> bool:
         json.loads(config.read_text()).get("model_type") == VLLM_MODEL_TYPE
 
 
-def load_medusa(folder: str | Path):
-    """The MTPModel of a Medusa export, in eval mode: the base it points at (identity checked) and the heads."""
-    from lab.model.mtp import build_model
+def load_medusa(io: ReleaseIO, folder: str | Path):
+    """The MTPModel of a Medusa export (built by `io.build_model`), in eval mode: the base it points at (identity checked) and the heads."""
+    from safetensors.torch import load_file
 
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text())
@@ -119,7 +119,7 @@ def load_medusa(folder: str | Path):
     head = {**lab["head"], "name": "medusa", "k": config["num_heads"] + 1, "n_layers": config["num_hidden_layers"],
             "unembedding": "shared" if config["original_lm_head"] else "replicated", "trunk_grad": "frozen",
             "draft_vocab": None}  # the layout holds no draft ids: its heads draft over the full vocabulary
-    model = build_model({"name": "hf", "path": str(base_path), "dtype": lab.get("dtype", "float32"),
+    model = io.build_model({"name": "hf", "path": str(base_path), "dtype": lab.get("dtype", "float32"),
                          "attn_implementation": lab.get("attn_implementation", "sdpa")}, head)
     built = model.trunk.base_identity
     for key in ("config_sha256", "weights_sha256"):
@@ -154,3 +154,23 @@ def medusa_tokenizer(folder: str | Path):
     folder = Path(folder)
     pointer = json.loads((folder / "config.json").read_text())["base_model"]["path"]
     return HFTokenizer(str(folder / pointer if not Path(pointer).is_absolute() else pointer), "base_model")
+
+
+def load_for_generation(folder: Path, io: ReleaseIO) -> LoadedFolder:
+    return LoadedFolder(load_medusa(io, folder), medusa_tokenizer(folder))
+
+
+def parent_weights(folder: Path, model, io: ReleaseIO) -> ParentWeights:
+    """A `lab-export --format medusa` folder as a parent of `init_from`: its base (identity checked) and its heads."""
+    medusa = load_medusa(io, folder)
+    return ParentWeights(medusa.state_dict(), {"vocab_size": medusa.trunk.cfg.vocab_size}, medusa_tokenizer(folder).identity, medusa.head_cfg.name)
+
+
+LAYOUT = ReleaseLayout(
+    name="medusa",
+    help="a head=medusa run on model=hf in vLLM's Medusa layout beside a pointer to its base",
+    export=export_medusa,
+    recognizes=is_medusa_folder,
+    load=load_for_generation,
+    init_from=InitFromReader(kind="medusa", read=parent_weights, identity_file=lambda folder: folder / "model.safetensors"),
+)

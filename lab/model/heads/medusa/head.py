@@ -28,7 +28,6 @@ class MedusaHead(MTPHead):
     horizon_containers = {"blocks": 2, "projections": 2}
     drafter = IndependentHeads
     unused_options = ("init", "block")  # residual SiLU blocks, no transformer blocks to build or copy
-    release_layouts = ("medusa",)  # vLLM's Medusa folder (lab/checkpoint/export_medusa.py)
 
     def __init__(self, cfg, model_cfg):
         super().__init__(cfg, model_cfg)

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from lab.checkpoint.export_hf import honour_umask_in, staged_folder, transformers_tokenizer
-from lab.checkpoint.fusion_order import projection_in_order, runtime_fusion_order
-from lab.model.mtp_families import MTP_FAMILIES, family_refusal
 from lab.errors import require
+from lab.model.heads.deepseek.fusion_order import projection_in_order, runtime_fusion_order
+from lab.model.heads.deepseek.head import DeepSeekHead
+from lab.model.mtp_families import MTP_FAMILIES, family_refusal
 
 SHARD_SIZE = "2GB"
 
@@ -46,7 +46,7 @@ def family_export_refusal(config) -> str | None:
 
 def check_exportable(model) -> None:
     head_cfg = model.head_cfg
-    require("deepseek" in model.head.release_layouts, "--format", f"deepseek exports head=deepseek runs; this checkpoint's head is '{head_cfg.name}'")
+    require(isinstance(model.head, DeepSeekHead), "--format", f"deepseek exports head=deepseek runs; this checkpoint's head is '{head_cfg.name}'")
     require(model.has_hf_trunk, "--format", "deepseek needs a model=hf trunk of a family with MTP layers; this run trains the harness's GPT")
     refusal = family_export_refusal(model.trunk.hf.config.get_text_config())
     require(refusal is None, "--format", refusal or "")
@@ -85,23 +85,27 @@ def mtp_layer_state(model, n_main: int) -> dict[str, torch.Tensor]:
     return {key: value.detach().clone().contiguous() for key, value in state.items()}  # own storage: no shared tensors on disk
 
 
-def export_deepseek(checkpoint: dict, out: Path, model):
-    """`lab-export --format deepseek`: `out` from a checkpoint loaded as `model`, with the run's tokenizer."""
+def export_deepseek(checkpoint: dict, out: Path, model, io) -> str:
+    """`lab-export --format deepseek`: `out` from a checkpoint loaded as `model`, with the run's tokenizer; the verdict's lines."""
+    from lab.model.heads.deepseek.check import report_lines
+
     check_exportable(model)
-    return write_deepseek_folder(model, out, transformers_tokenizer(checkpoint.get("mtp_tokenizer"), checkpoint["mtp_manifest"]))
+    verdict = write_deepseek_folder(io, model, out, io.transformers_tokenizer(checkpoint.get("mtp_tokenizer"), checkpoint["mtp_manifest"]))
+    return "\n".join(report_lines(verdict.report, None, verdict.mtp_problem, verdict.fusion_line))
 
 
-def write_deepseek_folder(model, out: Path, tokenizer=None):
-    """Write `out` (all or nothing) from `model`; returns the verdict of the loader `--check` runs on what was written."""
+def write_deepseek_folder(io, model, out: Path, tokenizer=None):
+    """Write `out` (all or nothing) from `model`; returns the verdict of the loader `--check` runs on what was written.
+    `io`: the file helpers and model builder of the layers above (lab.model.heads.spec.ReleaseIO)."""
     from huggingface_hub import save_torch_state_dict
 
-    from lab.checkpoint.import_deepseek import load_deepseek_folder
+    from lab.model.heads.deepseek.load import load_deepseek_folder
 
     check_exportable(model)
     state, hf = trunk_state(model)
     n_main = hf.config.get_text_config().num_hidden_layers
     state |= mtp_layer_state(model, n_main)
-    with staged_folder(out) as tmp:
+    with io.staged_folder(out) as tmp:
         hf.config.save_pretrained(tmp)
         config = json.loads((tmp / "config.json").read_text())
         config.pop("num_mtp_layers", None)
@@ -110,10 +114,10 @@ def write_deepseek_folder(model, out: Path, tokenizer=None):
         save_torch_state_dict(state, tmp, max_shard_size=SHARD_SIZE)
         if not (tmp / "model.safetensors.index.json").is_file():  # one shard: the index is written anyway (the layout's)
             write_single_shard_index(tmp, state)
-        honour_umask_in(tmp)  # safetensors writes its files 0600
+        io.honour_umask_in(tmp)  # safetensors writes its files 0600
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        verdict = load_deepseek_folder(tmp)
+        verdict = load_deepseek_folder(io, tmp)
         if verdict.mtp_problem is not None:
             raise RuntimeError(f"export: the written folder fails its own MTP gate: {verdict.mtp_problem}")
     verdict.report.folder = out

@@ -5,7 +5,6 @@ from lab.model.heads.base import MTPHead
 
 
 class NextTokenHead(MTPHead):
-    is_baseline = True
     unused_options = ("n_layers", "init", "block")  # no head blocks
 
     @classmethod

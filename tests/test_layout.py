@@ -122,6 +122,19 @@ def test_no_head_name_is_compared_outside_the_heads_package(root):
     assert hits == [], hits
 
 
+def folder_imports(graph: dict[str, set[str]], folders: tuple[str, ...]) -> list[str]:
+    """Edges from a module outside lab.model.heads into a head folder (`lab.model.heads.<name>[.*]`)."""
+    inside = tuple(f"lab.model.heads.{name}" for name in folders)
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() if not a.startswith("lab.model.heads")
+                  for b in targets if b in inside or b.startswith(tuple(f"{i}." for i in inside)))
+
+
+def test_the_library_reads_head_folders_through_the_registry():
+    """lab.checkpoint, lab.decode, the model and the reports find an architecture's module, drafter and release
+    layouts in its HeadSpec (lab.model.heads), never by importing its folder."""
+    assert folder_imports(import_graph(), HEAD_NAMES) == []
+
+
 def test_the_checks_see_a_violation():
     """The instruments themselves: upward edges, core/head imports of the application and a name comparison are found."""
     rank = {name: i for i, name in enumerate(LAYERS)}
@@ -132,5 +145,7 @@ def test_the_checks_see_a_violation():
                                      "lab.model.heads.deepseek.drafter -> lab.decode.loading", "lab.model.trunk -> lab.model.heads.base"]
     assert imports_into(wrong, {"inference", "model.heads"}, "decode") == ["lab.inference.target -> lab.decode.generate",
                                                                            "lab.model.heads.deepseek.drafter -> lab.decode.loading"]
+    assert folder_imports({"lab.checkpoint.export": {"lab.model.heads", "lab.model.heads.medusa.release"}}, ("medusa",)) == [
+        "lab.checkpoint.export -> lab.model.heads.medusa.release"]
     pattern = re.compile(r"""(==|!=)\s*["'](ntp)["']""")
     assert pattern.search('if v.head == "ntp":')

@@ -15,9 +15,9 @@ from hydra.utils import instantiate
 from pytorch_lightning.strategies import FSDPStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+from lab.model.heads import sharding_units
 from lab.model.heads.deepseek import DepthModule
 from lab.model.trunk import Block
-from lab.training.sharding import SHARDING_UNITS
 from lab.train import CONF_DIR
 from tests.head_cases import case, without
 from tests.helpers import build_model
@@ -58,7 +58,7 @@ def test_lightning_refuses_fsdp_on_cpu():
 
 def units_of(model: nn.Module) -> list[nn.Module]:
     """The modules torch's FSDP wrap policy turns into units (the root excluded)."""
-    policy = ModuleWrapPolicy(SHARDING_UNITS)
+    policy = ModuleWrapPolicy(sharding_units())
     return [m for m in policy._run_policy(model, ignored_modules=set(), root_kwargs={}) if m is not model]
 
 

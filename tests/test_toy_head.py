@@ -125,7 +125,7 @@ def toy_head():
 
 @pytest.fixture
 def toy_conf(tmp_path) -> str:
-    """A config folder holding conf/head/toy.yaml, given to Hydra as `hydra.searchpath` (conf/ stays the primary)."""
+    """A temporary config folder holding head/toy.yaml, given to Hydra as `hydra.searchpath` (conf/ stays the primary)."""
     (tmp_path / "conf" / "head").mkdir(parents=True)
     (tmp_path / "conf" / "head" / "toy.yaml").write_text(TOY_YAML)
     return f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
@@ -133,7 +133,7 @@ def toy_conf(tmp_path) -> str:
 
 def test_a_head_defined_outside_lab_trains_decodes_exactly_and_round_trips_its_layout(toy_head, toy_conf, tmp_path):
     cfg = compose_cfg(toy_conf, "head=toy", "callbacks.decoding.prompts=0", cache_dir=tmp_path / "cache")
-    assert (cfg.head.name, cfg.head.k, cfg.head.init_gain) == ("toy", 3, 0.5)  # conf/head/toy.yaml, found on the search path
+    assert (cfg.head.name, cfg.head.k, cfg.head.init_gain) == ("toy", 3, 0.5)  # the temporary head/toy.yaml, found on the search path
     _, module, _ = fit(cfg, tmp_path / "run", max_steps=4)
     model = module.model.eval()
     assert isinstance(model.head, ToyHead) and model.k == 3

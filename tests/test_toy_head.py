@@ -7,7 +7,7 @@ k ≥ 2 the trunk state times a learned per-horizon gain vector `gains.{k-2}`, w
 `register_head` (removed after each test) and, in the first test, its YAML sits in a temporary config
 folder on Hydra's search path. Nothing else in the harness is told about it: it trains (the real config
 composed by Hydra, a real Trainer), decodes exactly (speculative greedy == plain greedy), goes through
-`lab-export --format toy` and back through `lab-generate`'s loader, and its checkpoints carry its
+`lab-export --format toy` and back through `lab-generate`'s loader and `init_from`, and its checkpoints carry its
 manifest, resume bitwise and export as next-token and keep-heads releases.
 """
 
@@ -22,15 +22,17 @@ import torch
 import torch.nn as nn
 
 from lab.checkpoint import build_manifest, load_checkpoint, validate_checkpoint
-from lab.checkpoint.export import export, load_release
+from lab.checkpoint.export import export, load_release, sha256_file
 from lab.checkpoint.export import main as lab_export
+from lab.checkpoint.init_from import load_parent_weights
+from lab.checkpoint.layouts import RELEASE_IO
 from lab.decode import generate
 from lab.decode.loading import load_for_generation
 from lab.errors import ConfigError, require
 from lab.model.heads import HEAD_SPECS, head_spec, register_head, release_layouts, unregister_head
 from lab.model.heads.base import HeadConfig, MTPHead
 from lab.model.heads.independent_drafter import IndependentHeads
-from lab.model.heads.spec import HeadSpec, LoadedFolder, ReleaseLayout
+from lab.model.heads.spec import HeadSpec, InitFromReader, LoadedFolder, ParentWeights, ReleaseLayout
 from tests.fit_helpers import compose_cfg, fit
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -112,8 +114,18 @@ def load_toy(folder: Path, io) -> LoadedFolder:
     return LoadedFolder(model.eval(), tokenizer_from_identity(config["tokenizer"]))
 
 
+def toy_parent(folder: Path, model, io) -> ParentWeights:
+    """The folder as the parent of `init_from=<folder>`: its weights, model config, tokenizer and head."""
+    from safetensors.torch import load_file
+
+    config = json.loads((folder / "config.json").read_text())
+    return ParentWeights(load_file(folder / "model.safetensors"), config["model"], config["tokenizer"], config["head"]["name"])
+
+
 TOY = HeadSpec(name="toy", module=ToyHead, display_rank=100,
-               release_layouts={"toy": ReleaseLayout(name="toy", help="the test's toy layout", export=export_toy, recognizes=is_toy_folder, load=load_toy)})
+               release_layouts={"toy": ReleaseLayout(
+                   name="toy", help="the test's toy layout", export=export_toy, recognizes=is_toy_folder, load=load_toy,
+                   init_from=InitFromReader(kind="toy", read=toy_parent, identity_file=lambda folder: folder / "model.safetensors"))})
 
 
 @pytest.fixture
@@ -157,6 +169,12 @@ def test_a_head_defined_outside_lab_trains_decodes_exactly_and_round_trips_its_l
         assert torch.equal(loaded.model.state_dict()[key], value), key
     prompt = torch.tensor([3, 1, 4, 1, 5])
     assert generate(loaded.model, prompt, 24, speculative=True).tokens == generate(model, prompt, 24).tokens
+
+    # init_from=<the folder> finds the layout's reader in the registry: every weight lands in a fresh model.
+    child = RELEASE_IO.build_model(RELEASE_IO.plain(model.model_cfg), RELEASE_IO.plain(model.head_cfg))
+    record = load_parent_weights(child, str(out))
+    assert record["kind"] == "toy" and record["sha256"] == sha256_file(out / "model.safetensors")
+    assert all(torch.equal(child.state_dict()[key], value) for key, value in model.state_dict().items())
 
 
 def test_registering_is_checked_and_undone(toy_head):

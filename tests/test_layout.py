@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.model.heads import release_layouts
 from tests.head_cases import HEAD_NAMES
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
@@ -113,9 +114,11 @@ def test_no_module_import_cycle():
 
 
 @pytest.mark.parametrize("root", ["lab", "analysis", "experiments"])
-def test_no_head_name_is_compared_outside_the_heads_package(root):
-    """What a report or figure needs to know of an architecture is a trait of its class (lab/model/heads)."""
-    pattern = re.compile(r"""(==|!=)\s*["'](%s)["']|["'](%s)["']\s*(==|!=)""" % ("|".join(HEAD_NAMES), "|".join(HEAD_NAMES)))
+def test_no_head_or_format_name_is_compared_outside_the_heads_package(root):
+    """What a report, an export or a loader needs to know of an architecture is in its HeadSpec (lab/model/heads):
+    no `==`, `!=` or `in` test on a head name or a head's release format name elsewhere."""
+    names = "|".join(HEAD_NAMES + tuple(release_layouts()))
+    pattern = re.compile(r"""(==|!=)\s*["'](%s)["']|["'](%s)["']\s*(==|!=|in\b|not\s+in\b)""" % (names, names))
     heads = LAB / "model" / "heads"
     hits = [f"{p}:{i}" for p in (LAB.parent / root).rglob("*.py") if heads not in p.parents
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]

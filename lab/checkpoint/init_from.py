@@ -19,14 +19,13 @@ from lab.checkpoint.layouts import RELEASE_IO, layout_of_folder
 from lab.checkpoint.loading import load_checkpoint
 from lab.checkpoint.manifest import plain
 from lab.errors import ConfigError, require
-from lab.model.heads import release_layouts
+from lab.model.heads import init_from_readers
 from lab.model.heads.spec import InitFromReader
 
 
 def folder_reader(source: str | Path) -> tuple[InitFromReader, Path] | None:
     """The reader of a registered release layout that takes `source` (by its prefix, or by recognising the folder)."""
-    readers = [reader for layout in release_layouts().values() if (reader := layout.init_from) is not None]
-    for reader in readers:
+    for reader in init_from_readers().values():
         if reader.prefix is not None and str(source).startswith(reader.prefix):
             folder = Path(str(source)[len(reader.prefix):]).expanduser()
             require((folder / "config.json").is_file(), "init_from", f"{source}: no Hugging Face folder (config.json) at {folder}")
@@ -54,7 +53,7 @@ def parent_files(source: str | Path) -> tuple[str, Path]:
 
 def parent_weights(kind: str, path: Path, model=None) -> tuple[dict[str, torch.Tensor], dict, dict, str | None]:
     """(model state keyed like MTPModel.state_dict, the parent's model config, its tokenizer identity, its head name)."""
-    readers = {layout.init_from.kind: layout.init_from for layout in release_layouts().values() if layout.init_from is not None}
+    readers = init_from_readers()
     if kind in readers:
         parent = readers[kind].read(path.parent, model, RELEASE_IO)
         return parent.state, parent.model, parent.tokenizer, parent.head

@@ -18,7 +18,7 @@ from lab.errors import ConfigError
 from lab.model.heads import anticausal, causal, deepseek, identity, linear, medusa, ntp, parallel
 from lab.model.heads.base import HeadConfig, Horizon, KnownRows, MTPHead, NextTokenPath, SharedParts, Teacher, endpoint_horizon
 from lab.model.heads.deepseek import DeepSeekConfig
-from lab.model.heads.spec import HeadSpec, ReleaseLayout
+from lab.model.heads.spec import HeadSpec, InitFromReader, ReleaseLayout
 from lab.model.trunk import Block
 
 SPECS = (ntp.SPEC, linear.SPEC, parallel.SPEC, causal.SPEC, anticausal.SPEC, deepseek.SPEC, identity.SPEC, medusa.SPEC)
@@ -83,6 +83,11 @@ def release_layouts() -> dict[str, ReleaseLayout]:
     return {name: layout for spec in HEAD_SPECS.values() for name, layout in spec.release_layouts.items()}
 
 
+def init_from_readers() -> dict[str, InitFromReader]:
+    """Every registered head's `init_from` folder readers by the kind the manifest records, in registry order."""
+    return {reader.kind: reader for spec in HEAD_SPECS.values() for reader in spec.init_from_readers}
+
+
 def display_rank(name: str | None) -> int:
     """Where head `name` stands in tables and figures; unknown names last."""
     return HEAD_SPECS[name].display_rank if name in HEAD_SPECS else max(spec.display_rank for spec in HEAD_SPECS.values()) + 1
@@ -116,6 +121,6 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 
 __all__ = [
     "HEADS", "HEAD_SPECS", "SHARDING_UNITS", "DeepSeekConfig", "HeadConfig", "HeadSpec", "Horizon", "KnownRows", "MTPHead", "NextTokenPath",
-    "ReleaseLayout", "SharedParts", "Teacher", "display_rank", "endpoint_horizon", "head_class", "head_config", "head_spec", "heads_that",
+    "ReleaseLayout", "SharedParts", "Teacher", "display_rank", "endpoint_horizon", "head_class", "head_config", "head_spec", "heads_that", "init_from_readers",
     "is_baseline", "register_head", "release_layouts", "sharding_units", "teacher_forced", "unregister_head",
 ]

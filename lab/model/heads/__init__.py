@@ -54,6 +54,12 @@ def teacher_forced(name: str | None) -> bool:
     return name in HEADS and HEADS[name].teacher_forced_metrics
 
 
+def report_traits(name: str | None) -> dict:
+    """What lab-report needs to know of head `name`; written into run.json (`head_traits`), so the report reads
+    it from the record and never imports the model (docs/runs-and-reports.md)."""
+    return {"baseline": is_baseline(name), "teacher_forced": teacher_forced(name), "display_rank": display_rank(name)}
+
+
 def head_class(name: str) -> type[MTPHead]:
     if name not in HEADS:
         raise ConfigError("head.name", f"unknown head '{name}'; allowed: {', '.join(HEADS)}")
@@ -73,5 +79,5 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 
 __all__ = [
     "HEADS", "SHARDING_UNITS", "DeepSeekConfig", "display_rank", "is_baseline", "teacher_forced", "HeadConfig", "Horizon", "KnownRows", "MTPHead", "NextTokenPath", "SharedParts", "Teacher", "endpoint_horizon", "head_class",
-    "head_config",
+    "head_config", "report_traits",
 ]

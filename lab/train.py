@@ -47,6 +47,8 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.mtp import check_vocabulary, fill_vocab_size
 
     check_config(cfg)
+    if record is not None:
+        record.update(**head_fields(OmegaConf.to_container(cfg.head, resolve=True)))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run record; stderr stays for errors
     quiet_dataset_progress(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
@@ -83,6 +85,15 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         print("cost:\n" + format_cost_table(cost))
         record.update(cost=cost, manifest=build_manifest(module, datamodule), corpus_stats=datamodule.corpus_stats)
     return datamodule, module
+
+
+def head_fields(head: dict) -> dict:
+    """run.json's `k` (head.k resolved: a DeepSeek head's follows from its depth) and `head_traits` (baseline,
+    teacher-forced metrics, display rank): what lab-report reads of the head instead of asking lab.model."""
+    from lab.model.heads import head_config, report_traits
+
+    resolved = head_config(head)
+    return {"k": resolved.k, "head_traits": report_traits(resolved.name)}
 
 
 def settle_model_dtype(model_cfg: dict, record: RunRecord | None) -> None:
@@ -122,6 +133,7 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
     from lab.callbacks.throughput import TokenThroughput
     from lab.checkpoint import build_manifest
     from lab.checkpoint.io import SafeCheckpointIO
+    from lab.tracking.wandb_logger import LOGGED_RECORD_FIELDS
 
     stop = StopOnSignal()
     callbacks = instantiate_callbacks(cfg) + [RunHeartbeat(record), stop]
@@ -132,8 +144,8 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
         keep_csv_history(loggers, resume_step)
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[SafeCheckpointIO()])
     with quiet_csv_overwrite(previous_metrics, resuming=resume_step is not None):
-        for logger in loggers:  # wandb's run config and the CSV logger's hparams.yaml carry the model's cost
-            logger.log_hyperparams({"cost": record.fields.get("cost", {})})
+        for logger in loggers:  # wandb's run config and the CSV logger's hparams.yaml carry the model's cost and the head's K and traits
+            logger.log_hyperparams({name: record.fields.get(name) for name in LOGGED_RECORD_FIELDS})
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         except SIGTERMException:  # Lightning's stop after a SIGTERM (or a SIGINT, see StopOnSignal)

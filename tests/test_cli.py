@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from tests.cli import TINY, lab_train, lab_train_in_process, read_run, wandb_history_keys
+from lab.model.heads import report_traits
+from tests.cli import TINY, lab_train, lab_train_in_process, read_run, wandb_config, wandb_history_keys
 
 
 def test_tiny_run_writes_metrics_checkpoint_record_and_wandb(tmp_path, cache_dir):
@@ -28,6 +29,10 @@ def test_tiny_run_writes_metrics_checkpoint_record_and_wandb(tmp_path, cache_dir
     assert "train/loss" in keys and "val/bpb" in keys
     run = next(r for r in records if r.get("type") == "run")["run"]
     assert run["job_type"] == "ntp" and run["project"] == "mtp-lab"
+    # What lab-report reads of the head, in run.json and in the wandb run config: the registry's traits and the resolved K.
+    assert record["k"] == 1 and record["head_traits"] == report_traits("ntp") == {"baseline": True, "teacher_forced": False, "display_rank": 0}
+    config = wandb_config(run_dir)
+    assert config["k"] == 1 and {name: config[f"head_traits.{name}"] for name in record["head_traits"]} == record["head_traits"]
 
 
 @pytest.mark.slow  # 25–45 s alone (tests/README.md)
@@ -46,7 +51,8 @@ def test_every_head_trains_end_to_end_in_one_multirun(tmp_path, cache_dir):
     assert [r["manifest"]["head"] for r in records] == ["linear", "parallel", "causal", "anticausal", "deepseek"]
     for record in records:
         assert record["status"] == "ok", record["error"]
-        assert record["manifest"]["k"] in (3, 4)
+        assert record["manifest"]["k"] in (3, 4) and record["k"] == record["manifest"]["k"]  # deepseek: head.depth=2 recorded as K = 3
+        assert record["head_traits"] == report_traits(record["manifest"]["head"])
         cost = record["cost"]  # every variant's run.json: blocks, parameters, FLOPs/token, measured speed
         assert cost["blocks_trunk"] + cost["blocks_head"] == (5 if cost["head"] != "deepseek" else 6) and cost["blocks_trunk"] >= 1
         assert cost["params_total"] > 0 and cost["train_flops_per_token"] > 0

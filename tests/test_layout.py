@@ -93,6 +93,23 @@ def test_heads_and_the_decoding_core_never_import_the_decoding_application():
     assert imports_into(import_graph(), {"inference", "model.heads"}, "decode") == []
 
 
+def reachable(graph: dict[str, set[str]], sources: set[str]) -> set[str]:
+    """Every module the units `sources` import, directly or through others."""
+    seen, todo = set(), [m for m in graph if unit(m) in sources]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_report_never_imports_the_model():
+    """lab-report reads what it needs of a head from run.json (`head_traits`, `k`), directly or through other modules."""
+    model = sorted(m for m in reachable(import_graph(), {"report"}) if unit(m).split(".")[0] == "model")
+    assert model == [], model
+
+
 def test_no_module_import_cycle():
     graph = import_graph()
     state: dict[str, int] = {}  # 1: on the current path, 2: done
@@ -150,5 +167,7 @@ def test_the_checks_see_a_violation():
                                                                            "lab.model.heads.deepseek.drafter -> lab.decode.loading"]
     assert folder_imports({"lab.checkpoint.export": {"lab.model.heads", "lab.model.heads.medusa.release"}}, ("medusa",)) == [
         "lab.checkpoint.export -> lab.model.heads.medusa.release"]
+    assert reachable({"lab.report.table": {"lab.report.head_traits"}, "lab.report.head_traits": {"lab.model.heads"}}, {"report"}) == {
+        "lab.report.head_traits", "lab.model.heads"}  # a model import one module away is found
     pattern = re.compile(r"""(==|!=)\s*["'](ntp)["']""")
     assert pattern.search('if v.head == "ntp":')

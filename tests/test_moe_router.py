@@ -211,9 +211,8 @@ def test_bad_expert_counts_and_router_options_are_refused_in_one_line_leaving_no
     if overrides:  # the dense case: a llama config of the same size
         args = [*NOT_MODEL, "model=hf", config_override({**MOE_FAMILIES[family], "model_type": "llama", "vocab_size": 300}),
                 "data.tokenizer=bpe", "data.vocab_size=300"]
-    # Refused once the model is built, i.e. after the run folder exists: the CLI removes the folder it made, which
-    # lab.run.guard tracks per process (module state an earlier in-process run in this worker may have left), so
-    # this case runs in a real process; a pre-flight refusal runs in-process.
+    # Refused once the model is built, i.e. after the run folder exists: the CLI removes the folder it made. That
+    # case runs in a real process (the folder's removal as a user's command does it); a pre-flight refusal runs in-process.
     run = lab_train if overrides else lab_train_in_process
     result = run(*args, *overrides, "trainer.max_steps=2", cache_dir=cache_dir, cwd=cwd)
     assert_refused_in_one_line(result, field, cwd, set())

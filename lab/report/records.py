@@ -11,7 +11,9 @@ A record is a dict with a fixed shape, whatever its source:
                       | "not started" (in the sweep's plan, no folder: the sweep stopped before it)
     error       str   failure reason, or where an interrupted job stopped (None when ok)
     run_time_s  float wall time of the job (None when unknown)
-    head, k, reduction, weights, schedule, seed   from the run manifest / config
+    head, k, reduction, weights, schedule, seed   from the run record / manifest / config
+    head_traits dict  run.json `head_traits` (baseline, teacher_forced, display_rank; None for records written
+                      before it: lab/report/head_traits.py reads those by head name)
     final       dict  final metrics {name: float} (empty for a failed job)
     history     dict  {metric: [(step, value), ...]} from metrics.csv / wandb history
     parameters  dict  parameter table of the model (may be empty; runs before `cost` existed)
@@ -113,7 +115,7 @@ def last_values(history: dict) -> dict[str, float]:
 def empty_record() -> dict:
     return {
         "job": None, "name": "", "run_dir": "", "overrides": [], "status": "failed", "error": None,
-        "run_time_s": None, "head": None, "k": None, "reduction": None, "weights": None,
+        "run_time_s": None, "head": None, "k": None, "head_traits": None, "reduction": None, "weights": None,
         "schedule": None, "seed": None, "final": {}, "history": {}, "parameters": {}, "cost": {},
     }
 
@@ -188,7 +190,7 @@ def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
     record["cost"] = payload.get("cost") or {}
     manifest = payload.get("manifest") or {}
     config = payload.get("config") or {}
-    record.update(fields_from(manifest, config))
+    record.update(fields_from(payload, manifest, config))
     return record
 
 
@@ -215,23 +217,30 @@ def running_status(payload: dict, history: dict) -> tuple[str, str]:
     return "interrupted", f"interrupted ({where} is gone); {last}"
 
 
-def fields_from(manifest: dict, config: dict) -> dict:
-    """head, K, policy, weight schedule, backward schedule, seed from a manifest and/or a resolved config."""
+def fields_from(recorded: dict, manifest: dict, config: dict) -> dict:
+    """head, K, head traits, policy, weight schedule, backward schedule, seed from what the run recorded (run.json,
+    or the wandb run config), its manifest and/or its resolved config."""
     head = config.get("head") or {}
     weights = manifest.get("weights") or config.get("weights") or {}
-    k = manifest.get("k")
-    if k is None:
-        k = head.get("k")
-        if k is None and head.get("depth") is not None:
-            k = head["depth"] + 1
+    k = recorded_k(recorded, manifest, head)
     return {
         "head": manifest.get("head") or head.get("name"),
         "k": int(k) if k is not None else None,
+        "head_traits": recorded.get("head_traits"),
         "reduction": manifest.get("reduction") or (config.get("reduction") or {}).get("policy"),
         "weights": weights.get("name") if isinstance(weights, dict) else weights,
         "schedule": manifest.get("schedule") or (config.get("schedule") or {}).get("name"),
         "seed": config.get("seed"),
     }
+
+
+def recorded_k(recorded: dict, manifest: dict, head: dict) -> int | None:
+    """The run's K as lab-train recorded it (`k`: head.k resolved); a record written before that field: the manifest's
+    or the config's head.k, or for a DeepSeek config that gave only its depth D, K = D + 1 (that head's rule)."""
+    k = next((value for value in (recorded.get("k"), manifest.get("k"), head.get("k")) if value is not None), None)
+    if k is None and head.get("depth") is not None:
+        return head["depth"] + 1
+    return k
 
 
 def collect_sweep(sweep_dir: str | Path, force: bool = False) -> Sweep:
@@ -296,7 +305,7 @@ def record_from_wandb(run: dict, job: int) -> dict:
     record["job"] = job
     record["name"] = str(run.get("name") or run.get("id") or f"run{job}")
     manifest = config.get("manifest") or {}
-    record.update(fields_from(manifest, config))
+    record.update(fields_from(config, manifest, config))
     record["cost"] = dict(config.get("cost") or {})  # logged as a hyperparameter by lab-train
     overrides = config.get("overrides")
     record["overrides"] = [str(o) for o in overrides] if overrides else synthesized_overrides(record)

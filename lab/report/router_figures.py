@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.model.heads import display_rank
 from lab.report.plotting import figure, save_png, short
 from lab.report.records import finite
 from lab.report.table import Variant
@@ -48,7 +47,7 @@ def relative_load(records: list[dict]) -> tuple[list[str], np.ndarray] | None:
 
 def expert_load_heatmaps(variants: list[Variant], path: Path) -> Path | None:
     panels = []
-    for variant in sorted(variants, key=lambda v: (display_rank(v.head), v.k or 0)):
+    for variant in sorted(variants, key=lambda v: (v.display_rank, v.k or 0)):
         load = relative_load(variant.ok)
         if load is not None:
             panels.append((variant.label, *load))

@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.model.heads import is_baseline
 from lab.report.plotting import figure, save_png, variant_style
 from lab.report.records import finite, override_items
 from lab.report.sweep_figures import ReportFigure
@@ -28,7 +27,7 @@ TOKENS_PER_FORWARD = "val/est_tokens_per_forward"
 class ScalingPoint:
     method: str  # the variant's label without its size
     size: str
-    head: str | None
+    baseline: bool  # the variant is the next-token baseline (its run.json head traits)
     params: float | None
     loss: float | None
     delta: tuple[float | None, float | None, int]  # (mean, sd, seeds) of the paired difference to ntp
@@ -69,10 +68,10 @@ def scaling_points(variants: list[Variant]) -> list[ScalingPoint]:
         if baseline is not None:
             reference = losses_by_seed(baseline)
             deltas = [loss - reference[seed] for seed, loss in losses_by_seed(variant).items() if seed in reference]
-        points.append(ScalingPoint(method_of(variant), size_of(variant), variant.head, variant.cost("params_total"),
+        points.append(ScalingPoint(method_of(variant), size_of(variant), variant.is_baseline, variant.cost("params_total"),
                                    variant.stat(LOSS)[0], mean_spread(deltas), variant.stat(TOKENS_PER_FORWARD)[0]))
-    size_params = {p.size: p.params for p in points if is_baseline(p.head)}
-    return sorted(points, key=lambda p: (size_params.get(p.size) or p.params or math.inf, not is_baseline(p.head), p.method))
+    size_params = {p.size: p.params for p in points if p.baseline}
+    return sorted(points, key=lambda p: (size_params.get(p.size) or p.params or math.inf, not p.baseline, p.method))
 
 
 def methods(points: list[ScalingPoint]) -> list[str]:
@@ -95,7 +94,7 @@ def scaling_table(points: list[ScalingPoint]) -> tuple[list[str], list[list[str]
 def scaling_finding(points: list[ScalingPoint]) -> list[str]:
     parts = []
     for method in methods(points):
-        line = [p for p in points if p.method == method and not is_baseline(p.head) and p.delta[0] is not None]
+        line = [p for p in points if p.method == method and not p.baseline and p.delta[0] is not None]
         if line:
             parts.append(f"{method}: " + ", ".join(f"{p.size} ({p.params / 1e6:.2f} M) {fmt_delta(p.delta)}" for p in line))
     if not parts:
@@ -105,7 +104,7 @@ def scaling_finding(points: list[ScalingPoint]) -> list[str]:
 
 
 def loss_difference_figure(points: list[ScalingPoint], path: Path) -> Path | None:
-    lines = [(m, [p for p in points if p.method == m and not is_baseline(p.head) and p.delta[0] is not None and p.params]) for m in methods(points)]
+    lines = [(m, [p for p in points if p.method == m and not p.baseline and p.delta[0] is not None and p.params]) for m in methods(points)]
     return line_figure(lines, path, lambda p: p.delta[0], lambda p: p.delta[1], "Δ val next-token loss to ntp (nats)",
                        "Multi-token prediction vs ntp by model size\n(same seed pairs; mean ± sd over seeds; below 0 = better)")
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 from matplotlib.patches import Patch
 
-from lab.model.heads import display_rank
 from lab.report.plotting import color, figure, save_png, short, style_map
 from lab.report.records import finite
 from lab.report.router_figures import expert_load_heatmaps
@@ -27,8 +26,8 @@ MiB = 1024 * 1024
 
 
 def order_key(variant: Variant):
-    """Tables and figures list variants in the heads' registry order (lab.model.heads), then by K."""
-    return (display_rank(variant.head), variant.k or 0)
+    """Tables and figures list variants in the heads' display order (run.json `head_traits`), then by K."""
+    return (variant.display_rank, variant.k or 0)
 
 
 def variant_styles(variants: list[Variant]) -> dict[str, tuple[str, str]]:

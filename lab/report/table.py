@@ -9,7 +9,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from lab.model.heads import is_baseline, teacher_forced
+from lab.report.head_traits import HeadTraits, traits_of
 from lab.report.records import RECORD_FIELDS, finite, override_items
 
 SEED_KEYS = ("seed", "+seed", "++seed")
@@ -117,12 +117,20 @@ class Variant:
         return self.first.get("k")
 
     @property
+    def traits(self) -> HeadTraits:
+        return traits_of(self.first)
+
+    @property
     def is_baseline(self) -> bool:
-        return is_baseline(self.head)
+        return self.traits.baseline
 
     @property
     def teacher_forced(self) -> bool:
-        return teacher_forced(self.head)
+        return self.traits.teacher_forced
+
+    @property
+    def display_rank(self) -> int:
+        return self.traits.display_rank
 
     def cost(self, name: str) -> float | None:
         """Mean of one run.json `cost` entry over the variant's completed jobs (None when no job has it)."""

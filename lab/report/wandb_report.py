@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.model.heads import teacher_forced
 from lab.report.atomic import write_text_atomic
+from lab.report.head_traits import traits_of
 from lab.report.sweep_figures import REPORT_FIGURES, grad_cosine_heatmaps
 from lab.report.records import ReportError, Sweep, override_items
 from lab.report.render import findings, summary_lines
@@ -179,7 +179,7 @@ def horizon_note(sweep: Sweep, key: str) -> str:
     match = HORIZON_KEY.match(key)
     if not match or int(match.group("k")) < 2:
         return ""
-    forced = [teacher_forced(r.get("head")) for r in sweep.completed]
+    forced = [traits_of(r).teacher_forced for r in sweep.completed]
     if not any(forced):
         return ""
     return " (teacher-forced)" if all(forced) else f" ({TEACHER_FORCED_NOTE})"

@@ -3,8 +3,8 @@
 - `RunDirGuard` (a Hydra callback, conf/hydra/default.yaml) refuses an unwritable run or
   sweep directory before Hydra configures its log file there (which would end in
   `ValueError: Unable to configure handler 'file'`), and one another process holds
-  (lab/run/lock.py); it notes the folders it makes, so that `discard_new_run_dir` can take a
-  refused first attempt's folder away again (no folder is left behind by bad input); and it keeps a run directory's `.hydra/`
+  (lab/run/lock.py); it notes the folders it makes (the latest run's only, by its run dir), so that `discard_new_run_dir`
+  can take a refused first attempt's folder away again (no folder is left behind by bad input); and it keeps a run directory's `.hydra/`
   files those of its first attempt: a resume (`hydra.run.dir=<existing run> ckpt_path=last`)
   records its own overrides in run.json's `attempts` instead of replacing the run's. (A start
   without ckpt_path in an unfinished run's folder trains from step 0: its files replace them;
@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -153,9 +154,7 @@ class RunDirGuard(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))
-        _created.extend(missing_folders(run_dir))
-        if not _created and not (run_dir / "run.json").exists():  # a folder the user made, not a run yet: note what was there
-            _found_in_run_dir.append(set(os.listdir(run_dir)))
+        note_run_dir(run_dir)
         try:
             require_writable(run_dir, "hydra.run.dir")
             lock_directory(run_dir, "hydra.run.dir")  # before Hydra writes its log and .hydra/ files there
@@ -189,8 +188,27 @@ class RunDirGuard(Callback):
             unlock_directory(Path(str(config.hydra.runtime.output_dir)))
 
 
-_created: list[Path] = []  # folders this process's on_run_start made, the run dir first, then its new parents
-_found_in_run_dir: list[set[str]] = []  # what an existing run dir that held no run yet held before this attempt
+@dataclass(frozen=True)
+class RunDirNote:
+    """What on_run_start found at its run dir, before anything was written there."""
+
+    made: tuple[Path, ...] = ()  # the folders it is about to make: the run dir first, then its new parents
+    held: frozenset[str] | None = None  # an existing folder that held no run yet: the names it held
+
+
+# The latest on_run_start's note, keyed by its run dir; at most one entry. Per process, not per run: the in-process
+# test runner and other callers of the entry point run several runs in one process, and an earlier run's note (a
+# finished run's too) must never let a later refusal remove that folder, or answer for another one.
+_noted: dict[Path, RunDirNote] = {}
+
+
+def note_run_dir(run_dir: Path) -> None:
+    """Note what `run_dir` is now (the folders still to make, or what a folder without a run holds), replacing
+    every earlier note of this process."""
+    made = tuple(missing_folders(run_dir))
+    held = None if made or (run_dir / "run.json").exists() else frozenset(os.listdir(run_dir))
+    _noted.clear()
+    _noted[run_dir] = RunDirNote(made, held)
 
 
 def missing_folders(run_dir: Path) -> list[Path]:
@@ -209,20 +227,20 @@ def discard_new_run_dir(run_dir: Path) -> bool:
 
     For an attempt refused before it began: the folder then holds only Hydra's files and the lock."""
     run_dir = Path(os.path.abspath(run_dir))
-    if _found_in_run_dir and not _created and run_dir.is_dir():
-        for name in set(os.listdir(run_dir)) - _found_in_run_dir.pop():
+    note = _noted.pop(run_dir, None)  # none: this process's latest start was elsewhere (or never noted this folder)
+    if note is not None and note.held is not None and run_dir.is_dir():
+        for name in set(os.listdir(run_dir)) - note.held:
             path = run_dir / name
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
         return True
-    if not _created or _created[0] != run_dir:
+    if note is None or not note.made:
         return False
-    shutil.rmtree(_created[0], ignore_errors=True)
-    for parent in _created[1:]:
+    shutil.rmtree(note.made[0], ignore_errors=True)
+    for parent in note.made[1:]:
         try:
             parent.rmdir()  # only when empty: another run may have made a folder next to ours meanwhile
         except OSError:
             break
-    _created.clear()
     return True
 
 

@@ -16,6 +16,10 @@ from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 
+# run.json fields lab/train.py passes to `log_hyperparams`: the wandb run config carries them for reports read from wandb.
+LOGGED_RECORD_FIELDS = ("cost", "k", "head_traits")
+
+
 class WandbLogger(LightningWandbLogger):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -26,8 +30,8 @@ class WandbLogger(LightningWandbLogger):
     @rank_zero_only
     def log_hyperparams(self, params: Any) -> None:
         """Lightning's module/datamodule hyperparameters are replaced by `log_run_config`; the
-        harness's own `cost` record (lab/train.py) joins the run config, where reports read it."""
-        if isinstance(params, dict) and set(params) == {"cost"}:
+        harness's own record fields (`LOGGED_RECORD_FIELDS`, lab/train.py) join the run config, where reports read them."""
+        if isinstance(params, dict) and set(params) == set(LOGGED_RECORD_FIELDS):
             self.experiment.config.update(params, allow_val_change=True)
 
     @rank_zero_only  # other DDP ranks have no wandb run

@@ -108,6 +108,12 @@ def heads_that(capability: str) -> list[str]:
     return [name for name, spec in HEAD_SPECS.items() if spec.drafter is not None and getattr(spec.drafter, capability)]
 
 
+def report_traits(name: str | None) -> dict:
+    """What lab-report needs to know of head `name`; written into run.json (`head_traits`), so the report reads
+    it from the record and never imports the model (docs/runs-and-reports.md)."""
+    return {"baseline": is_baseline(name), "teacher_forced": teacher_forced(name), "display_rank": display_rank(name)}
+
+
 def head_config(values: Mapping | HeadConfig) -> HeadConfig:
     """The typed, checked config of head `values["name"]` (default `ntp`); fields left out take their defaults."""
     if isinstance(values, HeadConfig):
@@ -122,5 +128,5 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 __all__ = [
     "HEADS", "HEAD_SPECS", "SHARDING_UNITS", "DeepSeekConfig", "HeadConfig", "HeadSpec", "Horizon", "KnownRows", "MTPHead", "NextTokenPath",
     "ReleaseLayout", "SharedParts", "Teacher", "display_rank", "endpoint_horizon", "head_class", "head_config", "head_spec", "heads_that", "init_from_readers",
-    "is_baseline", "register_head", "release_layouts", "sharding_units", "teacher_forced", "unregister_head",
+    "is_baseline", "register_head", "report_traits", "release_layouts", "sharding_units", "teacher_forced", "unregister_head",
 ]

@@ -158,7 +158,7 @@ def fill_depths(model, folder: Path, report: LayoutReport, order: str) -> None:
         module, name = head.module_at(d), f"model.layers.{report.n_main + d - 1}"
         if layer.post_norm is not None and not torch.equal(layer.post_norm.weight.to(trunk.final_norm.weight.dtype), trunk.final_norm.weight.detach()):
             raise MTPLoadProblem(f"{name}.shared_head.norm.weight differs from the trunk's final norm; the harness's depths use the "
-                                 "trunk's own (an alias, M7.6 §0x07B), so this folder cannot load as is")
+                                 "trunk's own (an alias: docs/releases.md, Aliases agree), so this folder cannot load as is")
         load_block(module.block, layer.mtp_block.state_dict(), name)
         with torch.no_grad():
             module.embed_norm.weight.copy_(layer.enorm.weight)
@@ -190,5 +190,5 @@ def check_aliased_copies(folder: Path, report: LayoutReport, trunk) -> None:
                 copy = handle.get_tensor(key)
             own = part(trunk)
             if copy.shape != own.shape or not torch.equal(copy.to(own.dtype), own.detach()):
-                raise MTPLoadProblem(f"{key} differs from the trunk's {what}; the harness's depths use the trunk's own (an alias, "
-                                     "M7.6 §0x07B), so this folder cannot load as is")
+                raise MTPLoadProblem(f"{key} differs from the trunk's {what}; the harness's depths use the trunk's own (an alias: "
+                                     "docs/releases.md, Aliases agree), so this folder cannot load as is")

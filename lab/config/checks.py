@@ -71,14 +71,15 @@ def check_config(cfg: DictConfig) -> None:
     head_class(head.name).refuse_unused_options(head)
     if model.get("name") != "hf":
         model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
-    check_head_on_trunk(model_config(model), head)  # compute matching, head.block, head.init, lora vs the trunk kind
+    trunk = model_config(model)
+    check_head_on_trunk(trunk, head)  # compute matching, head.block, head.init, lora vs the trunk kind
     if model.get("name") == "hf":
         from lab.model.hf_trunk import preflight_hf
 
-        hf_config = preflight_hf(model_config(model), head)  # config, tokenizer, LoRA targets: no weights loaded
+        hf_config = preflight_hf(trunk, head)  # config, tokenizer, LoRA targets: no weights loaded
         check_decoding_callback(cfg.get("callbacks"), hf_config)
     else:
-        trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
+        trunk_layers(trunk, head)  # compute matching leaves ≥ 1 trunk block
     typed(OptimConfig, plain("optim"), "optim")
     objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
     Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)

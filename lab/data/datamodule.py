@@ -73,59 +73,58 @@ class DataConfig:
     streaming: bool = False
     shuffle_buffer: int = 10_000
 
+    def __post_init__(self) -> None:
+        """Checked at construction, without touching the data; `source: auto` becomes the local format the file
+        extensions name (text, json, jsonl, parquet)."""
+        require(self.source in SOURCES, "data.source", f"unknown {self.source!r}; allowed: {', '.join(SOURCES)}")
+        if self.source not in ("stdlib", "hub"):
+            object.__setattr__(self, "source", resolve_local_files(self.path, self.source).source)  # auto: the files' format
+        if self.source == "hub":
+            require(isinstance(self.name, str) and self.name != "", "data.name", "the hub source needs a dataset name")
+            require(isinstance(self.split, str) and self.split != "", "data.split", f"must be a split name, got {self.split!r}")
+        else:
+            for field, default in HUB_ONLY.items():
+                value = getattr(self, field)
+                require(value == default, f"data.{field}", f"only for data.source=hub (leave it {'null' if default is None else default}), got {value!r}")
+        check_streaming_selection(self.source, self.streaming, self.max_docs)
+        require(
+            isinstance(self.text_field, str) and self.text_field != "",
+            "data.text_field",
+            f"must be a column name, got {self.text_field!r}",
+        )
+        check_tokenizer_config(self.tokenizer, self.vocab_size)
+        check_seq_len(self.seq_len)
+        _require_int(self.batch_size, "data.batch_size", minimum=1)
+        require(
+            isinstance(self.val_fraction, (int, float))
+            and not isinstance(self.val_fraction, bool)
+            and 0 <= self.val_fraction < 1,
+            "data.val_fraction",
+            f"must be a number in [0, 1), got {self.val_fraction!r}",
+        )
+        _require_int(self.max_docs, "data.max_docs", minimum=0, optional=True)
+        _require_int(self.min_doc_chars, "data.min_doc_chars", minimum=0)
+        _require_int(self.seed, "data.seed", minimum=None)
+        _require_int(self.num_workers, "data.num_workers", minimum=0)
+        _require_int(self.max_val_rows, "data.max_val_rows", minimum=1, optional=True)  # 0 rows: no validation metric at all
+        _require_int(self.num_proc, "data.num_proc", minimum=1, optional=True)
+        _require_int(self.shuffle_buffer, "data.shuffle_buffer", minimum=1)
+        for flag in ("shuffle", "streaming"):
+            value = getattr(self, flag)
+            require(isinstance(value, bool), f"data.{flag}", f"must be true or false, got {value!r}")
+        require(
+            self.cache_dir is None or isinstance(self.cache_dir, (str, os.PathLike)),
+            "data.cache_dir",
+            f"must be a folder path or null, got {self.cache_dir!r}",
+        )
+
 
 HUB_ONLY = {"config_name": None, "split": "train", "revision": None}
 
 
 def validate_data_config(**options) -> DataConfig:
-    """Check a `data` config without touching the data; returns it with `source` resolved.
-
-    `source: auto` becomes the local format the file extensions name (text, json, jsonl, parquet).
-    """
-    config = typed(DataConfig, options, "data", owner=f"data.source={options.get('source', 'stdlib')}")
-
-    require(config.source in SOURCES, "data.source", f"unknown {config.source!r}; allowed: {', '.join(SOURCES)}")
-    if config.source not in ("stdlib", "hub"):
-        config = dataclasses.replace(config, source=resolve_local_files(config.path, config.source).source)
-    if config.source == "hub":
-        require(isinstance(config.name, str) and config.name != "", "data.name", "the hub source needs a dataset name")
-        require(isinstance(config.split, str) and config.split != "", "data.split", f"must be a split name, got {config.split!r}")
-    else:
-        for field, default in HUB_ONLY.items():
-            value = getattr(config, field)
-            require(value == default, f"data.{field}", f"only for data.source=hub (leave it {'null' if default is None else default}), got {value!r}")
-    check_streaming_selection(config.source, config.streaming, config.max_docs)
-    require(
-        isinstance(config.text_field, str) and config.text_field != "",
-        "data.text_field",
-        f"must be a column name, got {config.text_field!r}",
-    )
-    check_tokenizer_config(config.tokenizer, config.vocab_size)
-    check_seq_len(config.seq_len)
-    _require_int(config.batch_size, "data.batch_size", minimum=1)
-    require(
-        isinstance(config.val_fraction, (int, float))
-        and not isinstance(config.val_fraction, bool)
-        and 0 <= config.val_fraction < 1,
-        "data.val_fraction",
-        f"must be a number in [0, 1), got {config.val_fraction!r}",
-    )
-    _require_int(config.max_docs, "data.max_docs", minimum=0, optional=True)
-    _require_int(config.min_doc_chars, "data.min_doc_chars", minimum=0)
-    _require_int(config.seed, "data.seed", minimum=None)
-    _require_int(config.num_workers, "data.num_workers", minimum=0)
-    _require_int(config.max_val_rows, "data.max_val_rows", minimum=1, optional=True)  # 0 rows: no validation metric at all
-    _require_int(config.num_proc, "data.num_proc", minimum=1, optional=True)
-    _require_int(config.shuffle_buffer, "data.shuffle_buffer", minimum=1)
-    for flag in ("shuffle", "streaming"):
-        value = getattr(config, flag)
-        require(isinstance(value, bool), f"data.{flag}", f"must be true or false, got {value!r}")
-    require(
-        config.cache_dir is None or isinstance(config.cache_dir, (str, os.PathLike)),
-        "data.cache_dir",
-        f"must be a folder path or null, got {config.cache_dir!r}",
-    )
-    return config
+    """The typed, checked `data` config of a text corpus (DataConfig's own checks), with `source` resolved."""
+    return typed(DataConfig, options, "data", owner=f"data.source={options.get('source', 'stdlib')}")
 
 
 def require_both_splits(n_train: int, n_val: int, val_fraction: float) -> None:

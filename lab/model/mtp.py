@@ -10,22 +10,12 @@ from collections.abc import Mapping
 
 from lab.errors import require
 from lab.model.draft_vocab import check_draft_vocab, draft_logits, index_of, restrict_horizon
+from lab.model.heads.base import COMPUTE_MATCH_REMOVES
 from lab.model.heads import HeadConfig, Horizon, KnownRows, SharedParts, head_class, head_config
 from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_native_block, check_tokenizer_fits
 from lab.model.moe import check_router_options, router_config, router_places
 from lab.model.trunk import ModelConfig, Trunk
 from lab.schema import typed
-
-
-# Head blocks that take the place of trunk blocks, by `head.compute_match` (docs/heads.md).
-COMPUTE_MATCH_REMOVES = {
-    # the paper's: trunk blocks + every head block (DeepSeek depth blocks too) = model.n_layers
-    "blocks": lambda head, cfg: head.head_blocks(cfg),
-    # only the horizon-1 path (trunk + its head blocks) keeps model.n_layers
-    "next_token_path": lambda head, cfg: head.main_path_blocks(cfg),
-    # the heads are added on top of an unchanged trunk
-    "none": lambda head, cfg: 0,
-}
 
 
 def trunk_layers(model_cfg: ModelConfig, head_cfg: HeadConfig) -> int:
@@ -47,13 +37,11 @@ def trunk_layers(model_cfg: ModelConfig, head_cfg: HeadConfig) -> int:
 def model_config(values: Mapping | ModelConfig | HFModelConfig) -> ModelConfig | HFModelConfig:
     """The typed, checked trunk config; fields left out take the `model` group's defaults.
     `name: hf` selects a Hugging Face causal LM (lab/model/hf_trunk.py); the GPT config has no name."""
-    hf = isinstance(values, HFModelConfig) or (isinstance(values, Mapping) and values.get("name") == "hf")
+    if isinstance(values, (ModelConfig, HFModelConfig)):
+        return values  # typed and checked when it was constructed
+    hf = values.get("name") == "hf"
     config_class = HFModelConfig if hf else ModelConfig
-    if dataclasses.is_dataclass(values):
-        values = dataclasses.asdict(values)
-    cfg = typed(config_class, values, "model", owner="model=hf" if hf else "the model group")
-    cfg.validate()
-    return cfg
+    return typed(config_class, values, "model", owner="model=hf" if hf else "the model group")
 
 
 def build_model(model: Mapping, head: Mapping) -> "MTPModel":
@@ -66,12 +54,14 @@ def build_model(model: Mapping, head: Mapping) -> "MTPModel":
 
 
 def head_defaults_for(model_cfg, head: Mapping) -> dict:
-    """`head.compute_match` left null (or out) is `none` on a pretrained trunk: its layers are never dropped."""
+    """`head.compute_match` left null (or out) takes the trunk's default, decided here: `none` on a pretrained
+    trunk (its layers are never dropped), HeadConfig's own default on the harness's GPT."""
     head = dict(head)
-    if isinstance(model_cfg, HFModelConfig) or (isinstance(model_cfg, Mapping) and model_cfg.get("name") == "hf"):
-        if head.get("compute_match") is None:
-            head["compute_match"] = "none"
-    return head
+    if head.get("compute_match") is not None:
+        return head
+    hf = isinstance(model_cfg, HFModelConfig) or (isinstance(model_cfg, Mapping) and model_cfg.get("name") == "hf")
+    head.pop("compute_match", None)
+    return {**head, "compute_match": "none"} if hf else head
 
 
 def fill_vocab_size(model: dict, vocab_size: int) -> dict:

@@ -29,7 +29,7 @@ import torch
 
 from lab.data.loaders import RowsDataModule
 from lab.data.packing import COLUMNS, check_seq_len, pack_row
-from lab.data.synthetic.example import Example
+from lab.data.synthetic.example import Example, require_int
 from lab.data.synthetic.induction import InductionTask
 from lab.data.synthetic.star_graph import StarGraphTask
 from lab.data.synthetic.teacherless import teacherless_ids
@@ -64,6 +64,23 @@ class SyntheticConfig:
     num_workers: int = 0
     teacherless: bool = False  # `objective.teacherless` (conf/data/<task>.yaml interpolates it): add `input_tokens`
 
+    def __post_init__(self) -> None:
+        """The fields every task shares, checked at construction (the task's own fields: at its construction)."""
+        check_seq_len(self.seq_len)
+        for name, minimum in (("batch_size", 1), ("train_examples", 1), ("val_examples", 1), ("answer_examples", 0), ("num_workers", 0)):
+            require_int(getattr(self, name), f"data.{name}", minimum)
+        require_int(self.seed, "data.seed", None)
+        if self.max_val_rows is not None:
+            require_int(self.max_val_rows, "data.max_val_rows", 1)
+        require(self.loss_on in LOSS_ON, "data.loss_on", f"unknown {self.loss_on!r}; allowed: {', '.join(LOSS_ON)}")
+        require(isinstance(self.shuffle, bool), "data.shuffle", f"must be true or false, got {self.shuffle!r}")
+        require(isinstance(self.teacherless, bool), "objective.teacherless", f"must be true or false, got {self.teacherless!r}")
+        require(not self.teacherless or self.loss_on == "answer", "objective.teacherless",
+                f"needs data.loss_on=answer (a teacherless model is trained on the answer only), got data.loss_on={self.loss_on}")
+        length = example_tokens(self.task)
+        require(self.seq_len >= length, "data.seq_len",
+                f"must be ≥ {length}, the tokens of one {self.source} example (EOS included); got {self.seq_len}")
+
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "task"}
         return {**out, **dataclasses.asdict(self.task)}
@@ -77,31 +94,8 @@ def validate_synthetic_config(**options) -> SyntheticConfig:
     task_fields = [f.name for f in dataclasses.fields(task_cls)]
     common = [f.name for f in dataclasses.fields(SyntheticConfig) if f.name != "task"]
     check_known("data", options, common + task_fields, owner=f"data.source={source}")
-    for name in task_fields:
-        if name in options:
-            _require_int(options[name], f"data.{name}", 1)
     task = task_cls(**{name: options[name] for name in task_fields if name in options})
-    task.check()
-    config = SyntheticConfig(task=task, **{name: options[name] for name in common if name in options})
-    check_seq_len(config.seq_len)
-    for name, minimum in (("batch_size", 1), ("train_examples", 1), ("val_examples", 1), ("answer_examples", 0), ("num_workers", 0)):
-        _require_int(getattr(config, name), f"data.{name}", minimum)
-    _require_int(config.seed, "data.seed", None)
-    if config.max_val_rows is not None:
-        _require_int(config.max_val_rows, "data.max_val_rows", 1)
-    require(config.loss_on in LOSS_ON, "data.loss_on", f"unknown {config.loss_on!r}; allowed: {', '.join(LOSS_ON)}")
-    require(isinstance(config.shuffle, bool), "data.shuffle", f"must be true or false, got {config.shuffle!r}")
-    require(isinstance(config.teacherless, bool), "objective.teacherless", f"must be true or false, got {config.teacherless!r}")
-    require(not config.teacherless or config.loss_on == "answer", "objective.teacherless",
-            f"needs data.loss_on=answer (a teacherless model is trained on the answer only), got data.loss_on={config.loss_on}")
-    length = example_tokens(task)
-    require(config.seq_len >= length, "data.seq_len", f"must be ≥ {length}, the tokens of one {source} example (EOS included); got {config.seq_len}")
-    return config
-
-
-def _require_int(value, field: str, minimum: int | None) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and (minimum is None or value >= minimum)
-    require(ok, field, f"must be an integer{'' if minimum is None else f' ≥ {minimum}'}, got {value!r}")
+    return SyntheticConfig(task=task, **{name: options[name] for name in common if name in options})
 
 
 def example_tokens(task) -> int:

@@ -54,14 +54,13 @@ def build_model(model: Mapping, head: Mapping) -> "MTPModel":
 
 
 def head_defaults_for(model_cfg, head: Mapping) -> dict:
-    """`head.compute_match` left null (or out) takes the trunk's default, decided here: `none` on a pretrained
-    trunk (its layers are never dropped), HeadConfig's own default on the harness's GPT."""
+    """`head.compute_match` left null (or out) is `none` on a pretrained trunk: its layers are never dropped.
+    (On the harness's GPT, `head_config` gives null HeadConfig's default.)"""
     head = dict(head)
-    if head.get("compute_match") is not None:
-        return head
     hf = isinstance(model_cfg, HFModelConfig) or (isinstance(model_cfg, Mapping) and model_cfg.get("name") == "hf")
-    head.pop("compute_match", None)
-    return {**head, "compute_match": "none"} if hf else head
+    if hf and head.get("compute_match") is None:
+        head["compute_match"] = "none"
+    return head
 
 
 def fill_vocab_size(model: dict, vocab_size: int) -> dict:

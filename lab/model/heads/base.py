@@ -27,8 +27,8 @@ from lab.model.trunk import AttentionContext, Block, ModelConfig, RMSNorm
 
 UNEMBEDDINGS = ("shared", "replicated")
 # `head.compute_match`'s allowed values, each with the head blocks that take the place of trunk blocks
-# (lab/model/mtp.py: trunk_layers; docs/heads.md). Its default is HeadConfig's on the harness's GPT and
-# `none` on a pretrained trunk (lab/model/mtp.py: head_defaults_for).
+# (lab/model/mtp.py: trunk_layers; docs/heads.md). Null takes HeadConfig's default on the harness's GPT
+# (lab.model.heads.head_config) and `none` on a pretrained trunk (lab/model/mtp.py: head_defaults_for).
 COMPUTE_MATCH_REMOVES = {
     # the paper's: trunk blocks + every head block (DeepSeek depth blocks too) = model.n_layers
     "blocks": lambda head, cfg: head.head_blocks(cfg),

@@ -46,7 +46,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.draft_vocab import choose_draft_vocab
     from lab.model.mtp import check_vocabulary, fill_vocab_size
 
-    check_config(cfg)
+    checked = check_config(cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run record; stderr stays for errors
     quiet_dataset_progress(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
@@ -62,6 +62,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         total_steps=int(cfg.trainer.max_steps),
         objective=OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None,
+        checked=checked,  # head, optim and objective as check_config typed them
     )
     datamodule.setup("fit")
     check_vocabulary(module.model, datamodule.tokenizer.vocab_size)

@@ -1,6 +1,7 @@
 """A config built in Python (a benchmark's `MTPModel(...)`, a notebook's `build_model(...)`) is refused with
-the same one-line error as the same value on the command line: each group's checks run when its typed
-config is constructed, not in an opt-in step the direct path could skip."""
+the same one-line error as the same value on the command line: each group's field checks run when its typed
+config is constructed, a head's architecture checks when the model is, not in an opt-in step the direct
+path could skip. (A float field typed by the command line's schema reads `0` as `0.0`: the cases give floats.)"""
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -44,15 +45,15 @@ CASES = {
     "model_via_build_model": (["model.mlp_ratio=0"], lambda: build_model({**SMALL, "mlp_ratio": 0}, {"name": "ntp"})),
     "head_field": (["head=parallel", "head.unembedding=twice"],
                    lambda: MTPModel(ModelConfig(**SMALL), HeadConfig(name="parallel", k=4, unembedding="twice"))),
-    "head_architecture": (["head.k=3"], lambda: HeadConfig(name="ntp", k=3)),  # ntp's own check, not a field's
-    "deepseek_depth": (["head=deepseek", "head.depth=0"], lambda: DeepSeekConfig(depth=0)),
+    "head_architecture": (["head.k=3"], lambda: MTPModel(ModelConfig(**SMALL), HeadConfig(name="ntp", k=3))),  # ntp's own check
+    "deepseek_depth": (["head=deepseek", "head.depth=0"], lambda: MTPModel(ModelConfig(**SMALL), DeepSeekConfig(depth=0))),
     "optim": (["optim.grad_clip=-1"], lambda: OptimConfig(grad_clip=-1.0)),
     "data": (["data.batch_size=0"], lambda: DataConfig(batch_size=0)),
     "data_module": (["data.val_fraction=1.5"], lambda: LMDataModule(val_fraction=1.5)),
     "synthetic_task": (["data=star_graph", "data.degree=1"], lambda: StarGraphTask(degree=1)),
-    "weights": (["head=parallel", "weights=geometric", "weights.gamma=0"], lambda: Geometric(k=4, gamma=0)),
+    "weights": (["head=parallel", "weights=geometric", "weights.gamma=0"], lambda: Geometric(k=4, gamma=0.0)),
     "weights_by_name": (["head=parallel", "weights=medusa", "weights.base=-1"],
-                        lambda: build_weight_schedule("medusa", 4, base=-1)),
+                        lambda: build_weight_schedule("medusa", 4, base=-1.0)),
 }
 
 

@@ -9,20 +9,17 @@ builder types the group once (`lab.schema.typed`), which runs the same checks a 
 - One schema per group, `<group>/schema`: `model` (the harness's GPT: `ModelConfig` + `compile`),
   `optim`, `reduction`, `schedule`.
 - One schema per option, `<group>/<option>_schema`, where the fields depend on the option: `model=hf`
-  (`HFModelConfig` + `compile`) and `weights` (each schedule of the registry `WEIGHT_SCHEDULES`, its
-  options without K, which comes from the head).
-- Not registered, typed by their builders instead:
-  `head` — its schema is the config class of the head `head.name` names, and a cross-head sweep keeps
-  one group option while interpolating `head.name` (experiments/head_ablation.yaml: option `ntp`, names
-  ntp … deepseek, `head.depth: null` for every head), so the option's schema would refuse the fields of
-  the head that actually runs; `lab.model.heads.head_config` types it from the registry `HEADS`
-  (tests/test_schema_groups.py shows the case).
-  `data` — text corpora (`DataConfig`) vs each synthetic task (`SyntheticConfig` + the task's fields):
-  their dataclasses live with the DataModules, whose imports (datasets, pyarrow, Lightning) every
-  `lab-train --help` would pay; `lab.data.check_data_config` types it.
-  `trainer`, `callbacks`, `logger` — `_target_` nodes Hydra instantiates: the fields are the keyword
-  arguments of Lightning's Trainer, of each callback and logger class, which check them; what the
-  harness reads of them before a run is checked in lab/config/checks.py.
+  (`HFModelConfig` + `compile`), `weights` (each schedule of the registry `WEIGHT_SCHEDULES`, its options
+  without K, which comes from the head) and `data` (`corpus_schema`: `DataConfig`, every text source;
+  `<task>_schema`: `SyntheticConfig` + the task's fields, each task of the registry `TASKS`).
+- Not registered, typed by its builder instead: `head`. Its schema is the config class of the head
+  `head.name` names, and a cross-head sweep keeps one group option while interpolating `head.name`
+  (experiments/head_ablation.yaml: option `ntp`, names ntp … deepseek, `head.depth: null` for every head),
+  so the option's schema would refuse the fields of the head that actually runs;
+  `lab.model.heads.head_config` types it from the registry `HEADS` (tests/test_schema_groups.py shows it).
+- `trainer`, `callbacks`, `logger` are `_target_` nodes Hydra instantiates: their fields are the keyword
+  arguments of Lightning's Trainer, of each callback and logger class, which check them; what the harness
+  reads of them before a run is checked in lab/config/checks.py.
 - Not objects: `paths` (folders), `hydra` and `hparams_search` (Hydra's own settings), `experiment`
   and `debug` (presets that set other groups' fields).
 """
@@ -35,8 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
 
+from lab.data.config import DataConfig
+from lab.data.synthetic.config import TASKS, SyntheticConfig
 from lab.model.hf_trunk import HFModelConfig
 from lab.model.trunk import ModelConfig
 from lab.objective.objective import ReductionConfig, ScheduleConfig
@@ -64,7 +62,10 @@ GROUP_SCHEMAS: dict[str, type] = {"model": ModelGroup, "optim": OptimConfig, "re
 
 def option_schemas() -> dict[tuple[str, str], list[tuple[str, Any, dataclasses.Field]]]:
     """(group, schema name) → fields, for the groups whose fields depend on the option."""
-    schemas = {("model", "hf_schema"): fields_of(HFModelGroup)}
+    schemas = {("model", "hf_schema"): fields_of(HFModelGroup), ("data", "corpus_schema"): fields_of(DataConfig)}
+    common = [entry for entry in fields_of(SyntheticConfig) if entry[0] not in ("source", "task")]
+    for source, task in TASKS.items():
+        schemas["data", f"{source}_schema"] = [("source", str, dataclasses.field(default=source)), *fields_of(task), *common]
     for name, schedule in WEIGHT_SCHEDULES.items():
         hints = typing.get_type_hints(schedule)
         name_field = ("name", str, dataclasses.field(default=name))
@@ -79,21 +80,22 @@ def fields_of(schema: type) -> list[tuple[str, Any, dataclasses.Field]]:
 
 def composable(name: str, fields: list[tuple[str, Any, dataclasses.Field]]) -> type:
     """A plain mutable dataclass of `fields` (names, types, defaults; no checks, no methods): OmegaConf makes a
-    frozen dataclass's node read-only, which would refuse every command-line override. A type OmegaConf cannot
-    hold (a union of a string and a list, say) becomes Any there; the built object's own checks still see it."""
+    frozen dataclass's node read-only, which would refuse every command-line override."""
     return dataclasses.make_dataclass(name, [
         (field_name, storable(hint), dataclasses.field(default=f.default, default_factory=f.default_factory))
         for field_name, hint, f in fields
     ])
 
 
+SCALARS = (int, float, bool, str)
+
+
 def storable(hint: Any) -> Any:
-    """`hint` when OmegaConf can type a node with it, else Any."""
-    try:
-        OmegaConf.structured(dataclasses.make_dataclass("Probe", [("value", hint, dataclasses.field(default=MISSING))]))
-    except Exception:
-        return Any
-    return hint
+    """`hint` when it is a scalar or an optional scalar, else Any: a list or mapping reaches the built object's
+    own checks as given (OmegaConf would convert or refuse its items first, without naming the field's rule)."""
+    members = [m for m in typing.get_args(hint) if m is not type(None)] if typing.get_args(hint) else [hint]
+    scalar = all(m in SCALARS for m in members) and (hint in SCALARS or type(None) in typing.get_args(hint))
+    return hint if scalar and len(members) == 1 else Any
 
 
 def register_schemas() -> None:

@@ -108,6 +108,7 @@ class MTPModel(nn.Module):
 
     def __init__(self, model_cfg: ModelConfig, head_cfg: HeadConfig):
         super().__init__()
+        head_class(head_cfg.name).check_config(head_cfg)  # a config built in Python skipped build_config
         self.model_cfg, self.head_cfg = model_cfg, head_cfg
         self.trunk = build_trunk(model_cfg, head_cfg)
         self.head = head_class(head_cfg.name)(head_cfg, self.trunk.cfg)  # head blocks take the trunk's width and heads

@@ -66,9 +66,9 @@ class HeadConfig:
     draft_vocab: int | None = None  # horizons ≥ 2 predict over the N most frequent training tokens (lab/model/draft_vocab.py)
 
     def __post_init__(self) -> None:
-        """Every check of a head config runs here, so a config built in Python (`HeadConfig(...)`, `MTPModel(...)`
-        in a benchmark) is refused with the same line as one from the command line: the fields, then the
-        architecture's own checks (its class's `check_config`, found through the registry by `name`)."""
+        """The fields' checks run here, so a config built in Python (`HeadConfig(...)`, `MTPModel(...)` in a
+        benchmark) is refused with the same line as one from the command line; the architecture's own checks
+        (`MTPHead.check_config`) run when the config is typed (`build_config`) and when a model is built."""
         require(isinstance(self.k, int) and self.k >= 1, "head.k", f"must be an integer ≥ 1, got {self.k}")
         require(self.n_layers >= 1, "head.n_layers", f"must be ≥ 1, got {self.n_layers}")
         self.init = INIT_ALIASES.get(self.init, self.init)
@@ -89,9 +89,6 @@ class HeadConfig:
             from lab.model.lora import lora_settings
 
             lora_settings(self.lora)
-        from lab.model.heads import head_class  # the registry imports this module
-
-        head_class(self.name).check_config(self)
 
     @property
     def horizon_offsets(self) -> tuple[int, ...]:
@@ -252,7 +249,9 @@ class MTPHead(nn.Module):
         known = field_names(cls.config_class)
         # An option another head has, set to null, means "not set" (a sweep sets `head.depth: null` for every head).
         values = {key: value for key, value in values.items() if key in known or value is not None}
-        return typed(cls.config_class, values, "head", owner=f"head '{values.get('name')}'")
+        cfg = typed(cls.config_class, values, "head", owner=f"head '{values.get('name')}'")
+        cls.check_config(cfg)
+        return cfg
 
     # Options every head has (HeadConfig) that this architecture has no use for: set away from their
     # default they would change nothing, so a new run that sets one is refused (lab.config.checks) rather
@@ -268,8 +267,8 @@ class MTPHead(nn.Module):
 
     @classmethod
     def check_config(cls, cfg: HeadConfig) -> None:
-        """This architecture's checks of its options across fields (`HeadConfig.__post_init__` runs them once the
-        fields are checked, at every construction)."""
+        """This architecture's checks of its options across fields (the fields themselves are checked when the
+        config is constructed); `build_config` and `MTPModel` run them."""
 
     # Layouts outside the harness that hold this head's weights (`lab-export --format`, lab/checkpoint/export_*.py).
     release_layouts: tuple[str, ...] = ()

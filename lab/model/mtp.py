@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from lab.errors import require
 from lab.model.draft_vocab import check_draft_vocab, draft_logits, index_of, restrict_horizon
-from lab.model.heads.base import COMPUTE_MATCH_REMOVES
+from lab.model.heads.base import BLOCKS, COMPUTE_MATCH_REMOVES, TRUNK_GRADS
 from lab.model.heads import HeadConfig, Horizon, KnownRows, SharedParts, head_class, head_config
 from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_native_block, check_tokenizer_fits
 from lab.model.moe import check_router_options, router_config, router_places
@@ -89,9 +89,10 @@ def check_head_on_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadCo
                 "copy_last copies the last trunk layer into every head block, which needs blocks of its class: "
                 "add head.block=native (or use head.init=random|copy_first_head)")
         return
-    require(head_cfg.trunk_grad != "lora", "head.trunk_grad", "lora adapts a pretrained trunk: it needs model=hf; allowed here: joint, detached, frozen")
+    require(head_cfg.trunk_grad != "lora", "head.trunk_grad",
+            f"lora adapts a pretrained trunk: it needs model=hf; allowed here: {', '.join(g for g in TRUNK_GRADS if g != 'lora')}")
     require(head_cfg.block != "native", "head.block",
-            "native builds the Hugging Face model's own decoder layer: it needs model=hf; allowed here: lab")
+            f"native builds the Hugging Face model's own decoder layer: it needs model=hf; allowed here: {', '.join(b for b in BLOCKS if b != 'native')}")
 
 
 def build_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) -> nn.Module:

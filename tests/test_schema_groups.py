@@ -9,6 +9,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lab.config.schemas import composable, fields_of
+from lab.data import DataConfig, TASKS, check_data_config
+from lab.data.synthetic import SyntheticConfig
 from lab.model.heads import HEADS, head_config
 from lab.model.hf_trunk import HFModelConfig
 from lab.objective.weights import WEIGHT_SCHEDULES, build_weight_schedule, schedule_options
@@ -29,12 +31,25 @@ def test_each_weight_schedule_option_composes_its_schedules_fields(name):
     assert build_weight_schedule(name, 4, **options).k == 4  # what composes builds
 
 
+@pytest.mark.parametrize("option", ["stdlib", "text", "hub", *TASKS])
+def test_each_data_option_composes_its_configs_fields(option):
+    data = OmegaConf.to_container(composed([f"data={option}"]).data, resolve=True)
+    if option in TASKS:
+        expected = [f.name for f in dataclasses.fields(TASKS[option])] + [f.name for f in dataclasses.fields(SyntheticConfig)]
+        assert set(data) == set(expected) - {"task"}
+        assert check_data_config(data).task == TASKS[option]()  # the YAML keeps the task's defaults
+    else:
+        assert set(data) == {f.name for f in dataclasses.fields(DataConfig)}
+
+
 def test_a_wrong_type_is_refused_while_composing():
     """Before the schema a float option took any string here and failed only when the run was built."""
     with pytest.raises(Exception, match="gamma"):
         composed(["weights=geometric", "weights.gamma=abc"])
     with pytest.raises(Exception, match="compile"):
         composed(["model=hf", "model.compile=maybe"])
+    with pytest.raises(Exception, match="degree"):
+        composed(["data=star_graph", "data.degree=two"])
 
 
 def test_model_hf_composes_the_hf_models_fields_plus_compile():

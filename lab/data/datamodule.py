@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import torch
 from filelock import FileLock
 
-from lab.data.config import DataConfig, validate_data_config
+from lab.data.config import validate_data_config
 from lab.data.loaders import RowsDataModule
 from lab.data.packing import tokenize_documents, unigram_entropy_bits_from_counts
 from lab.data.sources import Corpus, load_corpus

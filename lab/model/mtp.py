@@ -10,22 +10,12 @@ from collections.abc import Mapping
 
 from lab.errors import require
 from lab.model.draft_vocab import check_draft_vocab, draft_logits, index_of, restrict_horizon
+from lab.model.heads.base import BLOCKS, COMPUTE_MATCH_REMOVES, TRUNK_GRADS
 from lab.model.heads import HeadConfig, Horizon, KnownRows, SharedParts, head_class, head_config
 from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_native_block, check_tokenizer_fits
 from lab.model.moe import check_router_options, router_config, router_places
 from lab.model.trunk import ModelConfig, Trunk
 from lab.schema import typed
-
-
-# Head blocks that take the place of trunk blocks, by `head.compute_match` (docs/heads.md).
-COMPUTE_MATCH_REMOVES = {
-    # the paper's: trunk blocks + every head block (DeepSeek depth blocks too) = model.n_layers
-    "blocks": lambda head, cfg: head.head_blocks(cfg),
-    # only the horizon-1 path (trunk + its head blocks) keeps model.n_layers
-    "next_token_path": lambda head, cfg: head.main_path_blocks(cfg),
-    # the heads are added on top of an unchanged trunk
-    "none": lambda head, cfg: 0,
-}
 
 
 def trunk_layers(model_cfg: ModelConfig, head_cfg: HeadConfig) -> int:
@@ -47,13 +37,11 @@ def trunk_layers(model_cfg: ModelConfig, head_cfg: HeadConfig) -> int:
 def model_config(values: Mapping | ModelConfig | HFModelConfig) -> ModelConfig | HFModelConfig:
     """The typed, checked trunk config; fields left out take the `model` group's defaults.
     `name: hf` selects a Hugging Face causal LM (lab/model/hf_trunk.py); the GPT config has no name."""
-    hf = isinstance(values, HFModelConfig) or (isinstance(values, Mapping) and values.get("name") == "hf")
+    if isinstance(values, (ModelConfig, HFModelConfig)):
+        return values  # typed and checked when it was constructed
+    hf = values.get("name") == "hf"
     config_class = HFModelConfig if hf else ModelConfig
-    if dataclasses.is_dataclass(values):
-        values = dataclasses.asdict(values)
-    cfg = typed(config_class, values, "model", owner="model=hf" if hf else "the model group")
-    cfg.validate()
-    return cfg
+    return typed(config_class, values, "model", owner="model=hf" if hf else "the model group")
 
 
 def build_model(model: Mapping, head: Mapping) -> "MTPModel":
@@ -66,11 +54,12 @@ def build_model(model: Mapping, head: Mapping) -> "MTPModel":
 
 
 def head_defaults_for(model_cfg, head: Mapping) -> dict:
-    """`head.compute_match` left null (or out) is `none` on a pretrained trunk: its layers are never dropped."""
+    """`head.compute_match` left null (or out) is `none` on a pretrained trunk: its layers are never dropped.
+    (On the harness's GPT, `head_config` gives null HeadConfig's default.)"""
     head = dict(head)
-    if isinstance(model_cfg, HFModelConfig) or (isinstance(model_cfg, Mapping) and model_cfg.get("name") == "hf"):
-        if head.get("compute_match") is None:
-            head["compute_match"] = "none"
+    hf = isinstance(model_cfg, HFModelConfig) or (isinstance(model_cfg, Mapping) and model_cfg.get("name") == "hf")
+    if hf and head.get("compute_match") is None:
+        head["compute_match"] = "none"
     return head
 
 
@@ -100,9 +89,10 @@ def check_head_on_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadCo
                 "copy_last copies the last trunk layer into every head block, which needs blocks of its class: "
                 "add head.block=native (or use head.init=random|copy_first_head)")
         return
-    require(head_cfg.trunk_grad != "lora", "head.trunk_grad", "lora adapts a pretrained trunk: it needs model=hf; allowed here: joint, detached, frozen")
+    require(head_cfg.trunk_grad != "lora", "head.trunk_grad",
+            f"lora adapts a pretrained trunk: it needs model=hf; allowed here: {', '.join(g for g in TRUNK_GRADS if g != 'lora')}")
     require(head_cfg.block != "native", "head.block",
-            "native builds the Hugging Face model's own decoder layer: it needs model=hf; allowed here: lab")
+            f"native builds the Hugging Face model's own decoder layer: it needs model=hf; allowed here: {', '.join(b for b in BLOCKS if b != 'native')}")
 
 
 def build_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) -> nn.Module:
@@ -119,6 +109,7 @@ class MTPModel(nn.Module):
 
     def __init__(self, model_cfg: ModelConfig, head_cfg: HeadConfig):
         super().__init__()
+        head_class(head_cfg.name).check_config(head_cfg)  # a config built in Python skipped build_config
         self.model_cfg, self.head_cfg = model_cfg, head_cfg
         self.trunk = build_trunk(model_cfg, head_cfg)
         self.head = head_class(head_cfg.name)(head_cfg, self.trunk.cfg)  # head blocks take the trunk's width and heads

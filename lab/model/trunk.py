@@ -32,7 +32,8 @@ class ModelConfig:
     tie_embeddings: bool = True
     init_std: float = 0.02
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
+        """Checked at construction, so `ModelConfig(...)` built in Python is refused like the command line's."""
         require(isinstance(self.vocab_size, int) and self.vocab_size >= 2, "model.vocab_size",
                 f"must be an integer ≥ 2 (null: the tokenizer's size, filled in by lab-train), got {self.vocab_size}")
         require(self.n_layers >= 1, "model.n_layers", f"must be ≥ 1, got {self.n_layers}")
@@ -162,7 +163,6 @@ class Trunk(nn.Module):
 
     def __init__(self, cfg: ModelConfig, n_layers: int | None = None):
         super().__init__()
-        cfg.validate()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers if n_layers is None else n_layers))

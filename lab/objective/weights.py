@@ -405,5 +405,10 @@ def build_weight_schedule(name: str, k: int, **options: Any) -> WeightSchedule:
 
 
 def _options_of(cls: type[WeightSchedule]) -> list[str]:
+    return [option for option, _ in schedule_options(cls)]
+
+
+def schedule_options(cls: type[WeightSchedule]) -> list[tuple[str, dataclasses.Field]]:
+    """(config option, dataclass field) of every option of schedule `cls` (K comes from the head, not the config)."""
     field_to_option = {field: option for option, field in _OPTION_FIELDS.items()}
-    return [field_to_option.get(f.name, f.name) for f in dataclasses.fields(cls) if f.name != "k"]
+    return [(field_to_option.get(f.name, f.name), f) for f in dataclasses.fields(cls) if f.name != "k"]

@@ -27,7 +27,8 @@ from lab.checkpoint import (
 from lab.objective.distributed import all_reduce_sum, world_size
 from lab.errors import require
 from lab.model.compile import compile_units, split_compile_option
-from lab.model.mtp import build_model
+from lab.training.checked_groups import CheckedGroups
+from lab.model.mtp import MTPModel, build_model, model_config
 from lab.objective import Progress, evaluate_horizons
 from lab.objective.objective import Objective, typed
 from lab.training.optim import OptimConfig, build_optimizer, matrix_parameters
@@ -57,19 +58,22 @@ class LightningOptimization:
 
 class MTPLitModule(pl.LightningModule):
     def __init__(self, model: dict, head: dict, reduction: dict, weights: dict, schedule: dict, optim: dict, total_steps: int,
-                 objective: dict | None = None):
+                 objective: dict | None = None, checked: CheckedGroups | None = None):
+        """The groups' mappings are the module's hyperparameters (a checkpoint rebuilds it from them); `checked`:
+        the typed groups `lab.config.checks.check_config` made from the same mappings, used as they are."""
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["checked"])
         self.automatic_optimization = False
         model, compiled = split_compile_option(model)
-        self.model = build_model(model, head)
+        self.model = build_model(model, head) if checked is None else MTPModel(model_config(model), checked.head)
         if compiled:
             compile_units(self.model)
         self.router_balance = build_router_balance(self.model)  # None unless model.router is on (an MoE model)
         self.matrix_parameters = matrix_parameters(self.model)  # before any FSDP wrapping (lab/training/optim.py)
-        self.objective = Objective.build(reduction, weights, schedule, k=self.model.k, objective=objective)
+        self.objective = checked.objective if checked is not None else Objective.build(reduction, weights, schedule, k=self.model.k,
+                                                                                       objective=objective)
         self.init_from: dict | None = None  # the parent's record when the weights came from `init_from` (manifest)
-        self.optim = typed(OptimConfig, optim, "optim")
+        self.optim = checked.optim if checked is not None else typed(OptimConfig, optim, "optim")
         self.total_steps = total_steps
         self.consumed_tokens = 0  # weight-schedule position; saved in checkpoints
         # Declared hooks for callbacks: probes that read each step's graph (GradDiagnostics), and how

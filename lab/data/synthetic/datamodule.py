@@ -21,92 +21,22 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from lab.data.loaders import RowsDataModule
-from lab.data.packing import COLUMNS, check_seq_len, pack_row
+from lab.data.packing import COLUMNS, pack_row
+from lab.data.synthetic.config import LOSS_ON, example_tokens, validate_synthetic_config
 from lab.data.synthetic.example import Example
-from lab.data.synthetic.induction import InductionTask
-from lab.data.synthetic.star_graph import StarGraphTask
 from lab.data.synthetic.teacherless import teacherless_ids
 from lab.data.tokenizers import SymbolTokenizer
 from lab.errors import require
-from lab.schema import check_known
 
-TASKS = {"star_graph": StarGraphTask, "induction": InductionTask}
-# Which tokens of an example may be a label: (prompt length, answer length) -> [len + 1] bools, EOS last.
-LOSS_ON: dict[str, Callable[[int, int], list[bool]]] = {
-    "answer": lambda prompt, answer: [False] * prompt + [True] * answer + [False],
-    "all": lambda prompt, answer: [True] * (prompt + answer + 1),
-}
 ROW_COLUMNS = (*COLUMNS, "target_mask")
 _GENERATOR_VERSION = 1  # bump when a task's examples change, so fingerprints (and resumes) notice
 _MAX_DRAWS_PER_EXAMPLE = 20
-
-
-@dataclass(frozen=True)
-class SyntheticConfig:
-    source: str
-    task: StarGraphTask | InductionTask
-    seq_len: int = 128
-    batch_size: int = 32
-    train_examples: int = 10_000
-    val_examples: int = 256
-    seed: int = 0
-    loss_on: str = "answer"
-    max_val_rows: int | None = None
-    answer_examples: int = 64  # val examples the answer-accuracy callback decodes (lab/callbacks/answer_accuracy.py)
-    shuffle: bool = True
-    num_workers: int = 0
-    teacherless: bool = False  # `objective.teacherless` (conf/data/<task>.yaml interpolates it): add `input_tokens`
-
-    def as_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "task"}
-        return {**out, **dataclasses.asdict(self.task)}
-
-
-def validate_synthetic_config(**options) -> SyntheticConfig:
-    """The `data` group of a synthetic task (`source` names it): the task's fields plus the common ones."""
-    source = options.get("source")
-    require(source in TASKS, "data.source", f"unknown synthetic task {source!r}; allowed: {', '.join(TASKS)}")
-    task_cls = TASKS[source]
-    task_fields = [f.name for f in dataclasses.fields(task_cls)]
-    common = [f.name for f in dataclasses.fields(SyntheticConfig) if f.name != "task"]
-    check_known("data", options, common + task_fields, owner=f"data.source={source}")
-    for name in task_fields:
-        if name in options:
-            _require_int(options[name], f"data.{name}", 1)
-    task = task_cls(**{name: options[name] for name in task_fields if name in options})
-    task.check()
-    config = SyntheticConfig(task=task, **{name: options[name] for name in common if name in options})
-    check_seq_len(config.seq_len)
-    for name, minimum in (("batch_size", 1), ("train_examples", 1), ("val_examples", 1), ("answer_examples", 0), ("num_workers", 0)):
-        _require_int(getattr(config, name), f"data.{name}", minimum)
-    _require_int(config.seed, "data.seed", None)
-    if config.max_val_rows is not None:
-        _require_int(config.max_val_rows, "data.max_val_rows", 1)
-    require(config.loss_on in LOSS_ON, "data.loss_on", f"unknown {config.loss_on!r}; allowed: {', '.join(LOSS_ON)}")
-    require(isinstance(config.shuffle, bool), "data.shuffle", f"must be true or false, got {config.shuffle!r}")
-    require(isinstance(config.teacherless, bool), "objective.teacherless", f"must be true or false, got {config.teacherless!r}")
-    require(not config.teacherless or config.loss_on == "answer", "objective.teacherless",
-            f"needs data.loss_on=answer (a teacherless model is trained on the answer only), got data.loss_on={config.loss_on}")
-    length = example_tokens(task)
-    require(config.seq_len >= length, "data.seq_len", f"must be ≥ {length}, the tokens of one {source} example (EOS included); got {config.seq_len}")
-    return config
-
-
-def _require_int(value, field: str, minimum: int | None) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and (minimum is None or value >= minimum)
-    require(ok, field, f"must be an integer{'' if minimum is None else f' ≥ {minimum}'}, got {value!r}")
-
-
-def example_tokens(task) -> int:
-    """Tokens of one document (prompt, answer, EOS); every example of a task has this length."""
-    return len(task.sample(np.random.default_rng(0))) + 1
 
 
 # ---------------------------------------------------------------------------- examples

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lab.data.synthetic.example import Example
+from lab.data.synthetic.example import Example, require_positive_fields
 from lab.errors import require
 
 MARKER = "="
@@ -34,7 +34,9 @@ class InductionTask:
     def decision_chance(self) -> float:
         return 1 / self.num_symbols
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
+        """Checked at construction (`data.<field>` names the setting)."""
+        require_positive_fields(self)
         require(self.num_symbols >= 2, "data.num_symbols", f"must be an integer ≥ 2, got {self.num_symbols!r}")
         require(self.span_len >= 1, "data.span_len", f"must be an integer ≥ 1, got {self.span_len!r}")
         require(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lab.data.synthetic.example import Example
+from lab.data.synthetic.example import Example, require_positive_fields
 from lab.errors import require
 
 EDGE_END, QUERY, ANSWER = "|", "/", "="
@@ -47,7 +47,9 @@ class StarGraphTask:
     def decision_chance(self) -> float:
         return 1 / self.degree
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
+        """Checked at construction (`data.<field>` names the setting)."""
+        require_positive_fields(self)
         require(self.degree >= 2, "data.degree", f"must be an integer ≥ 2 (one arm is no choice), got {self.degree!r}")
         require(self.path_len >= 2, "data.path_len", f"must be an integer ≥ 2 (the centre and a leaf), got {self.path_len!r}")
         require(

@@ -118,7 +118,7 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
     """The typed, checked config of head `values["name"]` (default `ntp`); fields left out take their defaults."""
     if isinstance(values, HeadConfig):
         values = {f: getattr(values, f) for f in values.__dataclass_fields__}
-    if values.get("compute_match", "") is None:  # null: the trunk's default (blocks; model=hf sets none first)
+    if values.get("compute_match", "") is None:  # null: HeadConfig's default (model=hf: head_defaults_for sets none first)
         values = {key: value for key, value in values.items() if key != "compute_match"}
     if values.get("trunk_grad") != "lora":  # LoRA settings mean nothing otherwise (and stay out of manifests)
         values = {**values, "lora": None}

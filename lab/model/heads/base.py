@@ -26,7 +26,17 @@ from lab.model.native_layers import NativeLayers, layer_forward_flops
 from lab.model.trunk import AttentionContext, Block, ModelConfig, RMSNorm
 
 UNEMBEDDINGS = ("shared", "replicated")
-COMPUTE_MATCHES = ("blocks", "next_token_path", "none")  # see lab/model/mtp.py: trunk_layers
+# `head.compute_match`'s allowed values, each with the head blocks that take the place of trunk blocks
+# (lab/model/mtp.py: trunk_layers; docs/heads.md). Null takes HeadConfig's default on the harness's GPT
+# (lab.model.heads.head_config) and `none` on a pretrained trunk (lab/model/mtp.py: head_defaults_for).
+COMPUTE_MATCH_REMOVES = {
+    # the paper's: trunk blocks + every head block (DeepSeek depth blocks too) = model.n_layers
+    "blocks": lambda head, cfg: head.head_blocks(cfg),
+    # only the horizon-1 path (trunk + its head blocks) keeps model.n_layers
+    "next_token_path": lambda head, cfg: head.main_path_blocks(cfg),
+    # the heads are added on top of an unchanged trunk
+    "none": lambda head, cfg: 0,
+}
 # copy_last: every head block starts as a copy of the last trunk block (Medusa-2 / FastMTP)
 INITS = ("random", "copy_last", "copy_first_head")
 INIT_ALIASES = {"copy_last_block": "copy_last"}  # the option's earlier name (manifests of older runs)
@@ -46,7 +56,7 @@ class HeadConfig:
     name: str = "ntp"
     k: int | None = 1
     n_layers: int = 1  # transformer blocks per head (block heads)
-    compute_match: str = "blocks"  # blocks | next_token_path | none
+    compute_match: str = "blocks"  # COMPUTE_MATCH_REMOVES; `none` on a pretrained trunk
     unembedding: str = "shared"
     init: str = "random"
     block: str = "lab"  # what head blocks (block stacks, DeepSeek depth modules) are made of
@@ -55,7 +65,10 @@ class HeadConfig:
     lora: dict | None = None  # trunk_grad=lora: r, alpha, dropout, target_modules (lab/model/lora.py)
     draft_vocab: int | None = None  # horizons ≥ 2 predict over the N most frequent training tokens (lab/model/draft_vocab.py)
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
+        """The fields' checks run here, so a config built in Python (`HeadConfig(...)`, `MTPModel(...)` in a
+        benchmark) is refused with the same line as one from the command line; the architecture's own checks
+        (`MTPHead.check_config`) run when the config is typed (`build_config`) and when a model is built."""
         require(isinstance(self.k, int) and self.k >= 1, "head.k", f"must be an integer ≥ 1, got {self.k}")
         require(self.n_layers >= 1, "head.n_layers", f"must be ≥ 1, got {self.n_layers}")
         self.init = INIT_ALIASES.get(self.init, self.init)
@@ -64,7 +77,7 @@ class HeadConfig:
             ("head.init", self.init, INITS),
             ("head.block", self.block, BLOCKS),
             ("head.trunk_grad", self.trunk_grad, TRUNK_GRADS),
-            ("head.compute_match", self.compute_match, COMPUTE_MATCHES),
+            ("head.compute_match", self.compute_match, tuple(COMPUTE_MATCH_REMOVES)),
         ):
             if value not in allowed:
                 raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
@@ -234,7 +247,7 @@ class MTPHead(nn.Module):
         known = field_names(cls.config_class)
         # An option another head has, set to null, means "not set" (a sweep sets `head.depth: null` for every head).
         values = {key: value for key, value in values.items() if key in known or value is not None}
-        cfg = cls.resolve_k(typed(cls.config_class, values, "head", owner=f"head '{values.get('name')}'"))
+        cfg = typed(cls.config_class, values, "head", owner=f"head '{values.get('name')}'")
         cls.check_config(cfg)
         return cfg
 
@@ -251,14 +264,9 @@ class MTPHead(nn.Module):
                     f"head '{cfg.name}' has no use for it (it would change nothing); allowed: {defaults[option]} (its default)")
 
     @classmethod
-    def resolve_k(cls, cfg: HeadConfig) -> HeadConfig:
-        """How K follows from the config; by default K is `head.k` itself."""
-        return cfg
-
-    @classmethod
     def check_config(cls, cfg: HeadConfig) -> None:
-        """Start-up checks of this head's options (once, at build time)."""
-        cfg.validate()
+        """This architecture's checks of its options across fields (the fields themselves are checked when the
+        config is constructed); `build_config` and `MTPModel` run them."""
 
     # The class decoding drafts with for this head (lab.inference.proposer.HeadDrafter): built once per
     # request as drafter(state, draft_steps[, tree]); its flags say whether it drafts trees and batches.

@@ -11,7 +11,6 @@ state but no label stay as context and are not supervised. The embedding and the
 projection are the trunk's own Parameters (passed in as SharedParts, never copied).
 """
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +42,14 @@ class DeepSeekConfig(HeadConfig):
     fusion_order: str = "he"  # [hidden ; embedding] or [embedding ; hidden] before the 2d→d projection
     chain_state: str = "block_output"  # what depth d + 1 reads from depth d (CHAIN_STATES)
 
+    def __post_init__(self) -> None:
+        """K follows from the depth (or the depth from K) before the fields are checked."""
+        if self.k is None and self.depth is not None:
+            self.k = self.depth + 1
+        elif self.depth is None and self.k is not None:
+            self.depth = self.k - 1
+        super().__post_init__()
+
 
 class DepthModule(nn.Module):
     """One depth: fusion and a transformer block (the harness's, or with `native` the HF model's own
@@ -72,14 +79,6 @@ class DeepSeekHead(MTPHead):
     unused_options = ("n_layers",)  # one transformer block per depth module
     sharding_units = (DepthModule,)  # a depth module is one unit, its block nested inside it
     horizon_containers = {**MTPHead.horizon_containers, "depth_modules": 2}  # depth d predicts horizon d + 1
-
-    @classmethod
-    def resolve_k(cls, cfg):
-        if cfg.k is None and cfg.depth is not None:
-            return dataclasses.replace(cfg, k=cfg.depth + 1)
-        if cfg.depth is None and cfg.k is not None:
-            return dataclasses.replace(cfg, depth=cfg.k - 1)
-        return cfg
 
     @classmethod
     def check_config(cls, cfg):

@@ -1,0 +1,108 @@
+"""The `data` group of a text corpus: its fields, defaults and checks (`DataConfig`).
+
+Light to import (the checks' modules are imported when a config is built), so the config schemas
+Hydra composes with (lab/config/schemas.py) can read it without loading datasets or Lightning.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from lab.errors import require
+from lab.schema import typed
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The `data` config group; the defaults match LMDataModule's."""
+
+    source: str = "stdlib"
+    path: str | list[str] | None = None
+    name: str | None = None
+    config_name: str | None = None
+    split: str = "train"
+    revision: str | None = None
+    text_field: str = "text"
+    tokenizer: str = "byte"
+    vocab_size: int | None = None
+    tokenizer_path: str | None = None  # data.tokenizer=hf: the tokenizer's local folder (model=hf sets both)
+    seq_len: int = 128
+    batch_size: int = 16
+    val_fraction: float = 0.05
+    max_docs: int | None = None
+    min_doc_chars: int = 1
+    seed: int = 0
+    num_workers: int = 0
+    cache_dir: str | None = None
+    max_val_rows: int | None = None
+    shuffle: bool = True
+    num_proc: int | None = None
+    streaming: bool = False
+    shuffle_buffer: int = 10_000
+
+    def __post_init__(self) -> None:
+        """Checked at construction, without touching the data; `source: auto` becomes the local format the file
+        extensions name (text, json, jsonl, parquet)."""
+        from lab.data.packing import check_seq_len  # the checks' modules read corpora: imported when a config is built
+        from lab.data.sources import SOURCES, check_streaming_selection, resolve_local_files
+        from lab.data.tokenizers import check_tokenizer_config
+
+        require(self.source in SOURCES, "data.source", f"unknown {self.source!r}; allowed: {', '.join(SOURCES)}")
+        if self.source not in ("stdlib", "hub"):
+            object.__setattr__(self, "source", resolve_local_files(self.path, self.source).source)  # auto: the files' format
+        if self.source == "hub":
+            require(isinstance(self.name, str) and self.name != "", "data.name", "the hub source needs a dataset name")
+            require(isinstance(self.split, str) and self.split != "", "data.split", f"must be a split name, got {self.split!r}")
+        else:
+            for field, default in HUB_ONLY.items():
+                value = getattr(self, field)
+                require(value == default, f"data.{field}", f"only for data.source=hub (leave it {'null' if default is None else default}), got {value!r}")
+        check_streaming_selection(self.source, self.streaming, self.max_docs)
+        require(
+            isinstance(self.text_field, str) and self.text_field != "",
+            "data.text_field",
+            f"must be a column name, got {self.text_field!r}",
+        )
+        check_tokenizer_config(self.tokenizer, self.vocab_size)
+        check_seq_len(self.seq_len)
+        _require_int(self.batch_size, "data.batch_size", minimum=1)
+        require(
+            isinstance(self.val_fraction, (int, float))
+            and not isinstance(self.val_fraction, bool)
+            and 0 <= self.val_fraction < 1,
+            "data.val_fraction",
+            f"must be a number in [0, 1), got {self.val_fraction!r}",
+        )
+        _require_int(self.max_docs, "data.max_docs", minimum=0, optional=True)
+        _require_int(self.min_doc_chars, "data.min_doc_chars", minimum=0)
+        _require_int(self.seed, "data.seed", minimum=None)
+        _require_int(self.num_workers, "data.num_workers", minimum=0)
+        _require_int(self.max_val_rows, "data.max_val_rows", minimum=1, optional=True)  # 0 rows: no validation metric at all
+        _require_int(self.num_proc, "data.num_proc", minimum=1, optional=True)
+        _require_int(self.shuffle_buffer, "data.shuffle_buffer", minimum=1)
+        for flag in ("shuffle", "streaming"):
+            value = getattr(self, flag)
+            require(isinstance(value, bool), f"data.{flag}", f"must be true or false, got {value!r}")
+        require(
+            self.cache_dir is None or isinstance(self.cache_dir, (str, os.PathLike)),
+            "data.cache_dir",
+            f"must be a folder path or null, got {self.cache_dir!r}",
+        )
+
+
+HUB_ONLY = {"config_name": None, "split": "train", "revision": None}
+
+
+def validate_data_config(**options) -> DataConfig:
+    """The typed, checked `data` config of a text corpus (DataConfig's own checks), with `source` resolved."""
+    return typed(DataConfig, options, "data", owner=f"data.source={options.get('source', 'stdlib')}")
+
+
+def _require_int(value, field: str, *, minimum: int | None, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    bound = "" if minimum is None else f" ≥ {minimum}"
+    allowed = f"an integer{bound}" + (" or null" if optional else "")
+    require(is_int and (minimum is None or value >= minimum), field, f"must be {allowed}, got {value!r}")

@@ -77,6 +77,10 @@ def test_random_sigkills_then_resumes_end_bitwise_equal_to_an_uninterrupted_run(
     a, b = weights(reference), weights(run)
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a), f"seed {seed}: weights differ"
     record = read_run(run)
-    assert record["status"] == "ok" and record["attempts"][-1]["step"] == STEPS
-    assert [attempt["status"] for attempt in record["attempts"]][:killed] == ["interrupted"] * killed, (seed, record["attempts"])
+    statuses = [attempt["status"] for attempt in record["attempts"]]
+    assert record["status"] == "ok" and statuses.count("ok") == 1, (seed, statuses)
+    finished = statuses.index("ok")
+    # a kill can land after the run wrote "ok" (during teardown): the attempt is done, and the resume after it has nothing to do
+    assert statuses[:finished] == ["interrupted"] * finished and statuses[finished + 1:] in ([], ["nothing_to_do"]), (seed, statuses)
+    assert killed == len(statuses) - 1 and record["attempts"][finished]["step"] == STEPS, (seed, record["attempts"])
     assert not [p for p in run.rglob("*") if p.name.endswith((".partial", ".staged", ".tmp"))]

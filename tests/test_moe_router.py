@@ -13,7 +13,7 @@ from lab.errors import ConfigError
 from lab.labels import chain_masks
 from lab.model.moe import RouterConfig, RouterPlace, RouterTap, load_statistics, router_places
 from lab.model.mtp import build_model
-from lab.training.router_balance import RouterBalance, sequence_balance_loss, updated_bias
+from lab.training.router_balance import RouterBalance, build_router_balance, sequence_balance_loss, updated_bias
 from tests.cli import TINY, lab_train, lab_train_in_process, read_run
 from tests.moe_fixtures import MOE_FAMILIES, moe_model_config
 from tests.test_bad_inputs import assert_refused_in_one_line
@@ -134,6 +134,14 @@ def test_loads_count_real_tokens_in_the_trunk_and_state_rows_in_each_depth():
     metrics = router_metrics("train", loads, {p.place: p.top_k for p in places})
     assert metrics["train/router/top_share/l1"] == loads["l1"].max() / active
     assert set(metrics) >= {f"train/router/tokens/h3/e{j}" for j in range(4)}
+
+
+def test_model_router_is_typed_once_when_the_model_config_is_built():
+    """`model.router` becomes a RouterConfig in HFModelConfig; the model check and the step's balance use that object."""
+    model = moe("deepseek_v3", {"name": "deepseek", "depth": 1, "block": "native"}, bias_update_rate=0.001)
+    assert model.model_cfg.router == RouterConfig(bias_update_rate=0.001)
+    assert build_router_balance(model).cfg is model.model_cfg.router
+    assert build_router_balance(moe("deepseek_v3", {"name": "deepseek", "depth": 1, "block": "native"})) is None  # both off
 
 
 @pytest.mark.parametrize("router, family, field", [

@@ -1,6 +1,6 @@
 """The typed schemas Hydra composes with (lab/config/schemas.py): each registered group's composed fields are
-its object's dataclass fields, a wrong type is refused while composing, and `head` is typed by its builder
-for the reason the schemas module states."""
+its object's dataclass fields, a wrong type or a misspelt key is refused while composing, and `head` is typed
+by the config class of the head it names."""
 
 import dataclasses
 
@@ -8,12 +8,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from lab.config.schemas import composable, fields_of
 from lab.data import DataConfig, TASKS, check_data_config
 from lab.data.synthetic import SyntheticConfig
-from lab.model.heads import HEADS, head_config
+from lab.errors import ConfigError
+from lab.model.heads import HEADS, HeadConfig, head_config
 from lab.model.hf_trunk import HFModelConfig
+from lab.model.lora import LORA_DEFAULTS
 from lab.objective.weights import WEIGHT_SCHEDULES, build_weight_schedule, schedule_options
+from lab.schema import field_names
 from lab.train import CONF_DIR
 
 
@@ -57,14 +59,29 @@ def test_model_hf_composes_the_hf_models_fields_plus_compile():
     assert list(model) == [f.name for f in dataclasses.fields(HFModelConfig)] + ["compile"]
 
 
+def test_head_composes_every_heads_fields_and_refuses_a_wrong_type_while_composing():
+    """`head/schema`: HeadConfig's fields, then each registered head's own options as null; a wrong type is
+    refused by Hydra before the run is built, another head's option set to a value by the builder."""
+    head = composed(["head=parallel"]).head
+    own = [name for spec in HEADS.values() for name in field_names(spec.config_class) if name not in field_names(HeadConfig)]
+    assert list(head) == [*field_names(HeadConfig), *dict.fromkeys(own)] and all(head[name] is None for name in own)
+    assert "depth" in own and head.lora.r == LORA_DEFAULTS["r"]
+    with pytest.raises(Exception, match="head.k"):  # before the schema it composed and failed only when built
+        composed(["head=parallel", "head.k=four"])
+    with pytest.raises(Exception, match="head.share_depth_weights"):
+        composed(["head=deepseek", "head.share_depth_weights=maybe"])
+    with pytest.raises(ConfigError, match="depth"):
+        head_config(OmegaConf.to_container(composed(["head=parallel", "head.depth=2"]).head))
+    deepseek = head_config(OmegaConf.to_container(composed(["head=deepseek", "head.share_depth_weights=true"]).head))
+    assert type(deepseek) is HEADS["deepseek"].config_class and deepseek.share_depth_weights and deepseek.chain_state == "block_output"
+
+
 def test_head_is_typed_by_the_head_it_names_not_by_the_group_option():
     """A cross-head sweep keeps the group option `ntp` and interpolates `head.name`, adding `head.depth: null`
-    for every head: the option's schema (HeadConfig) would refuse the field, the registry's class types it."""
+    for every head: the registry's class of the head that runs types it, its own options at their defaults."""
     cfg = composed(["experiment=head_ablation", "variant=deepseek_k2", "hydra.mode=RUN"])
     head = OmegaConf.to_container(cfg.head, resolve=True)
     assert head["name"] == "deepseek" and head["depth"] is None
-    option_schema = OmegaConf.structured(composable("HeadConfig", fields_of(HEADS["ntp"].config_class)))
-    with pytest.raises(Exception, match="depth"):
-        OmegaConf.merge(option_schema, head)
     typed = head_config(head)
     assert type(typed) is HEADS["deepseek"].config_class and (typed.k, typed.depth) == (2, 1)
+    assert typed.hidden_input == HEADS["deepseek"].config_class.hidden_input  # null in the group: the class's default

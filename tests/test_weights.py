@@ -34,7 +34,8 @@ def test_registry_names():
 @pytest.mark.parametrize("name", sorted(WEIGHT_SCHEDULES))
 @pytest.mark.parametrize("step", [0, 5, 10])
 def test_k_one_is_always_the_plain_next_token_weight(name, step):
-    assert lambdas(name, 1, at(step, tokens=10**14)) == [1.0]
+    options = {"phases": [[1], [1]]} if name == "phased" else {}  # phased's default (the record's) needs K ≥ 3
+    assert lambdas(name, 1, at(step, tokens=10**14), **options) == [1.0]
 
 
 # ------------------------------------------------------------------ uniform
@@ -311,6 +312,12 @@ def test_phased_record_schedule_at_phase_boundaries(step, expected, live):
     progress = at(step, total=12)
     assert schedule.lambdas(progress).tolist() == expected
     assert schedule.live_horizons(progress) == live
+
+
+def test_phased_default_is_the_record_schedule():
+    """weights.phases left out (Python or `weights=phased`) is RECORD_PHASES: halfway through phase 1 and 2 of 12 steps."""
+    assert lambdas("phased", 3, at(2, total=12)) == [1.0, 0.5, 0.125]
+    assert lambdas("phased", 3, at(6, total=12)) == [1.0, 0.25, 0.0]
 
 
 def test_phased_explicit_boundaries_and_horizons_left_out_are_zero():

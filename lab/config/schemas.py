@@ -7,16 +7,17 @@ value of the wrong type while composing (lab/config/preflight.py turns that into
 builder types the group once (`lab.schema.typed`), which runs the same checks a Python caller gets.
 
 - One schema per group, `<group>/schema`: `model` (the harness's GPT: `ModelConfig` + `compile`),
-  `optim`, `reduction`, `schedule`.
+  `optim`, `reduction`, `schedule`, and `head`: the fields every head has (`HeadConfig`) plus every
+  registered architecture's own options, null by default ("its default"). One schema for all heads
+  because a cross-head sweep keeps one group option while interpolating `head.name`
+  (experiments/head_ablation.yaml) or sets one head's option for every head (`head.depth: null`);
+  the builder then types the group with the config class of the head `head.name` names
+  (`lab.model.heads.head_config`), which refuses another head's option set to a value.
+  It is re-stored whenever `register_head` adds an architecture.
 - One schema per option, `<group>/<option>_schema`, where the fields depend on the option: `model=hf`
   (`HFModelConfig` + `compile`), `weights` (each schedule of the registry `WEIGHT_SCHEDULES`, its options
   without K, which comes from the head) and `data` (`corpus_schema`: `DataConfig`, every text source;
   `<task>_schema`: `SyntheticConfig` + the task's fields, each task of the registry `TASKS`).
-- Not registered, typed by its builder instead: `head`. Its schema is the config class of the head
-  `head.name` names, and a cross-head sweep keeps one group option while interpolating `head.name`
-  (experiments/head_ablation.yaml: option `ntp`, names ntp … deepseek, `head.depth: null` for every head),
-  so the option's schema would refuse the fields of the head that actually runs;
-  `lab.model.heads.head_config` types it from the registry `HEADS` (tests/test_schema_groups.py shows it).
 - `trainer`, `callbacks`, `logger` are `_target_` nodes Hydra instantiates: their fields are the keyword
   arguments of Lightning's Trainer, of each callback and logger class, which check them; what the harness
   reads of them before a run is checked in lab/config/checks.py.
@@ -35,7 +36,9 @@ from hydra.core.config_store import ConfigStore
 
 from lab.data.config import DataConfig
 from lab.data.synthetic.config import TASKS, SyntheticConfig
+from lab.model.heads import HEAD_SPECS, REGISTRY_LISTENERS, HeadConfig
 from lab.model.hf_trunk import HFModelConfig
+from lab.model.lora import LORA_DEFAULTS
 from lab.model.trunk import ModelConfig
 from lab.objective.objective import ReductionConfig, ScheduleConfig
 from lab.objective.weights import WEIGHT_SCHEDULES, schedule_options
@@ -73,6 +76,22 @@ def option_schemas() -> dict[tuple[str, str], list[tuple[str, Any, dataclasses.F
     return schemas
 
 
+def head_fields() -> list[tuple[str, Any, dataclasses.Field]]:
+    """`head/schema`: HeadConfig's fields, then each registered head's own options as optional, null by default."""
+    common = {
+        "compute_match": (str | None, dataclasses.field(default=None)),  # null: blocks on the harness's GPT, none on model=hf
+        "lora": (Any, dataclasses.field(default_factory=lambda: dict(LORA_DEFAULTS))),  # so `head.lora.r=4` needs no `+`
+    }
+    fields = [(name, *common[name]) if name in common else (name, hint, f) for name, hint, f in fields_of(HeadConfig)]
+    seen = {name for name, _, _ in fields}
+    for spec in HEAD_SPECS.values():
+        for name, hint, _ in fields_of(spec.config):
+            if name not in seen:
+                seen.add(name)
+                fields.append((name, typing.Optional[hint], dataclasses.field(default=None)))
+    return fields
+
+
 def fields_of(schema: type) -> list[tuple[str, Any, dataclasses.Field]]:
     hints = typing.get_type_hints(schema)
     return [(f.name, hints[f.name], f) for f in dataclasses.fields(schema)]
@@ -105,3 +124,11 @@ def register_schemas() -> None:
         store.store(group=group, name="schema", node=composable(schema.__name__, fields_of(schema)))
     for (group, name), fields in option_schemas().items():
         store.store(group=group, name=name, node=composable(name, fields))
+    register_head_schema()
+
+
+def register_head_schema() -> None:
+    ConfigStore.instance().store(group="head", name="schema", node=composable("HeadGroup", head_fields()))
+
+
+REGISTRY_LISTENERS.append(register_head_schema)

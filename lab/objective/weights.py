@@ -319,7 +319,8 @@ class Phased(WeightSchedule):
     of 6 steps falls exactly on step 2.
     """
 
-    phases: tuple = ((1.0,),)
+    # the default: the modded-nanogpt speed-run record's (2025-12-22) over thirds of training
+    phases: tuple = ((1.0, 0.5, (0.25, 0.0)), (1.0, (0.5, 0.0)), (1.0,))
     boundaries: tuple | None = None
 
     def __post_init__(self) -> None:

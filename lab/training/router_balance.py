@@ -26,7 +26,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from lab.model.moe import RouterConfig, RouterPlace, RouterTap, router_config, router_places, tokens_per_expert, valid_rows
+from lab.model.moe import RouterConfig, RouterPlace, RouterTap, router_places, tokens_per_expert, valid_rows
 from lab.objective.distributed import all_reduce_sum
 
 
@@ -95,5 +95,5 @@ class RouterBalance:
 
 def build_router_balance(model) -> RouterBalance | None:
     """The step's RouterBalance for an MTPModel whose `model.router` turns a tool on (checked when the model was built)."""
-    cfg = router_config(getattr(model.model_cfg, "router", None))
+    cfg = getattr(model.model_cfg, "router", None) or RouterConfig()  # the harness's GPT has no routers
     return RouterBalance(cfg, router_places(model)) if cfg.enabled else None

@@ -12,7 +12,7 @@ release layouts, and `SPEC` in its `__init__`), one line in `SPECS` below (or `r
 from outside the package) and one YAML in `conf/head/` (docs/heads.md).
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from lab.errors import ConfigError
 from lab.model.heads import anticausal, causal, deepseek, identity, linear, medusa, ntp, parallel
@@ -46,6 +46,11 @@ HEADS: Mapping[str, type[MTPHead]] = ModuleView()
 SHARDING_UNITS: frozenset[type] = frozenset({Block}).union(*(spec.module.sharding_units for spec in SPECS))
 
 
+# Called after register_head / unregister_head: lab.config re-stores the `head` group's schema, whose
+# fields include every registered head's own options.
+REGISTRY_LISTENERS: list[Callable[[], None]] = []
+
+
 def register_head(spec: HeadSpec) -> None:
     """Add an architecture defined outside this package (a plugin, a test's toy head); its name and formats must be new."""
     if spec.name in HEAD_SPECS:
@@ -54,6 +59,8 @@ def register_head(spec: HeadSpec) -> None:
     if taken:
         raise ConfigError("release_layouts", f"format '{sorted(taken)[0]}' is registered already")
     HEAD_SPECS[spec.name] = spec
+    for listener in REGISTRY_LISTENERS:
+        listener()
 
 
 def unregister_head(name: str) -> None:
@@ -61,6 +68,8 @@ def unregister_head(name: str) -> None:
     if name in {spec.name for spec in SPECS}:
         raise ConfigError("head.name", f"'{name}' is a shipped head; only heads added with register_head can be removed")
     HEAD_SPECS.pop(name, None)
+    for listener in REGISTRY_LISTENERS:
+        listener()
 
 
 def sharding_units() -> frozenset[type]:

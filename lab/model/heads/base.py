@@ -244,9 +244,10 @@ class MTPHead(nn.Module):
     @classmethod
     def build_config(cls, values: Mapping) -> HeadConfig:
         """The typed, checked config from a mapping (fields left out take their defaults)."""
-        known = field_names(cls.config_class)
-        # An option another head has, set to null, means "not set" (a sweep sets `head.depth: null` for every head).
-        values = {key: value for key, value in values.items() if key in known or value is not None}
+        common = field_names(HeadConfig)
+        # An architecture's own option (any head's, this one's included) set to null means "not set": its default. The
+        # `head` group's schema holds every registered head's options as null, and a sweep sets `head.depth: null` for every head.
+        values = {key: value for key, value in values.items() if key in common or value is not None}
         cfg = typed(cls.config_class, values, "head", owner=f"head '{values.get('name')}'")
         cls.check_config(cfg)
         return cfg

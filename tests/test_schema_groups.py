@@ -85,3 +85,9 @@ def test_head_is_typed_by_the_head_it_names_not_by_the_group_option():
     typed = head_config(head)
     assert type(typed) is HEADS["deepseek"].config_class and (typed.k, typed.depth) == (2, 1)
     assert typed.hidden_input == HEADS["deepseek"].config_class.hidden_input  # null in the group: the class's default
+
+
+def test_paths_are_strings_even_when_given_as_numbers():
+    """Before the schema `paths.output_dir=3` composed as an int and the run crashed in pathlib with a traceback."""
+    paths = composed(["paths.output_dir=3", "paths.cache_dir=7"]).paths
+    assert (paths.output_dir, paths.cache_dir) == ("3", "7")

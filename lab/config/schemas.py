@@ -7,7 +7,7 @@ value of the wrong type while composing (lab/config/preflight.py turns that into
 builder types the group once (`lab.schema.typed`), which runs the same checks a Python caller gets.
 
 - One schema per group, `<group>/schema`: `model` (the harness's GPT: `ModelConfig` + `compile`),
-  `optim`, `reduction`, `schedule`, and `head`: the fields every head has (`HeadConfig`) plus every
+  `optim`, `reduction`, `schedule`, `paths` (the folders), and `head`: the fields every head has (`HeadConfig`) plus every
   registered architecture's own options, null by default ("its default"). One schema for all heads
   because a cross-head sweep keeps one group option while interpolating `head.name`
   (experiments/head_ablation.yaml) or sets one head's option for every head (`head.depth: null`);
@@ -21,8 +21,8 @@ builder types the group once (`lab.schema.typed`), which runs the same checks a 
 - `trainer`, `callbacks`, `logger` are `_target_` nodes Hydra instantiates: their fields are the keyword
   arguments of Lightning's Trainer, of each callback and logger class, which check them; what the harness
   reads of them before a run is checked in lab/config/checks.py.
-- Not objects: `paths` (folders), `hydra` and `hparams_search` (Hydra's own settings), `experiment`
-  and `debug` (presets that set other groups' fields).
+- Not objects: `hydra` and `hparams_search` (Hydra's own settings), `experiment` and `debug` (presets
+  that set other groups' fields).
 """
 
 from __future__ import annotations
@@ -54,13 +54,23 @@ class ModelGroup(ModelConfig):
 
 
 @dataclass
+class PathsGroup:
+    """`paths`: the run's folders (strings; an interpolation is resolved when read)."""
+
+    output_dir: str = "${hydra:runtime.output_dir}"  # the run folder Hydra made
+    cache_dir: str = "${oc.env:MTP_LAB_CACHE,${oc.env:HOME}/.cache/mtp-lab}"  # tokenised corpora, hidden-state caches, GGUF folders
+
+
+@dataclass
 class HFModelGroup(HFModelConfig):
     """`model=hf`: the Hugging Face model (`HFModelConfig`) plus `compile`, as the `model` group has it."""
 
     compile: bool = False
 
 
-GROUP_SCHEMAS: dict[str, type] = {"model": ModelGroup, "optim": OptimConfig, "reduction": ReductionConfig, "schedule": ScheduleConfig}
+GROUP_SCHEMAS: dict[str, type] = {
+    "model": ModelGroup, "optim": OptimConfig, "reduction": ReductionConfig, "schedule": ScheduleConfig, "paths": PathsGroup,
+}
 
 
 def option_schemas() -> dict[tuple[str, str], list[tuple[str, Any, dataclasses.Field]]]:

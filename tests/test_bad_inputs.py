@@ -32,6 +32,11 @@ CONFIG_CASES = [
     (["head=parallel", "head.block=native"], "head.block"),  # the HF model's own layer: model=hf only
     # issue 38: Lightning's 5-line error after the run folder was made
     (["callbacks.checkpoint.every_n_train_steps=-1"], "callbacks.checkpoint.every_n_train_steps"),
+    # `_target_` nodes: a traceback inside the job (the callback's own check, WandbLogger), or accepted silently
+    (["callbacks.decoding.budget_s=abc"], "callbacks.decoding.budget_s"),
+    (["callbacks.decoding.prompts=-1"], "callbacks.decoding.prompts"),
+    (["logger.wandb.project=3"], "logger.wandb.project"),
+    (["+callbacks.decoding.promts=3"], "callbacks.decoding.promts"),
 ]
 
 # Cases run as a real `lab-train` process (by their first override); the others run in this process.

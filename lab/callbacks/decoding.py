@@ -46,14 +46,30 @@ from lab.decode.evaluation import decoding_passes, document_prompts, evaluate_de
 from lab.errors import require
 
 
+def check_decoding_options(prompts=4, prompt_tokens=32, new_tokens=64, temperature=1.0, repeats=3, budget_s="auto", **_) -> None:
+    """The ranges of `callbacks.decoding`'s options (the types are the constructor's annotations): run when the
+    callback is built and, before the run folder exists, by lab/config/checks.py."""
+    def count(name: str, value, least: int) -> None:
+        require(isinstance(value, int) and not isinstance(value, bool) and value >= least, f"callbacks.decoding.{name}",
+                f"is {value!r}; allowed: an integer >= {least}" + (" (0 = no evaluation)" if least == 0 else ""))
+
+    count("prompts", prompts, 0)
+    count("prompt_tokens", prompt_tokens, 1)
+    count("new_tokens", new_tokens, 1)
+    count("repeats", repeats, 1)
+    require(isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature >= 0, "callbacks.decoding.temperature",
+            f"is {temperature!r}; allowed: a number >= 0 (0 = greedy)")
+    require(budget_s is None or budget_s == "auto" or (isinstance(budget_s, (int, float)) and budget_s > 0), "callbacks.decoding.budget_s",
+            f"is {budget_s!r}; allowed: auto (the training time), a number of seconds > 0, or null (no limit)")
+
+
 class DecodingEval(pl.Callback):
     def __init__(self, output_dir: str | None = None, prompts: int = 4, prompt_tokens: int = 32, new_tokens: int = 64,
                  temperature: float = 1.0, greedy: bool = True, seed: int = 0, repeats: int = 3, budget_s: float | str | None = "auto"):
+        check_decoding_options(prompts=prompts, prompt_tokens=prompt_tokens, new_tokens=new_tokens, temperature=temperature,
+                               repeats=repeats, budget_s=budget_s)
         self.output_dir, self.n_prompts, self.prompt_tokens = output_dir, prompts, prompt_tokens
         self.new_tokens, self.temperature, self.greedy, self.seed = new_tokens, temperature, greedy, seed
-        require(budget_s is None or budget_s == "auto" or (isinstance(budget_s, (int, float)) and budget_s > 0), "callbacks.decoding.budget_s",
-                f"is {budget_s!r}; allowed: auto (the training time), a number of seconds > 0, or null (no limit)")
-        require(isinstance(repeats, int) and repeats >= 1, "callbacks.decoding.repeats", f"is {repeats!r}; allowed: an integer >= 1")
         self.repeats, self.budget_s = repeats, budget_s
         self._evaluated = False
         self._train_start: float | None = None

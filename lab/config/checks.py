@@ -10,6 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from lab.config.targets import check_target_nodes
 from lab.errors import ConfigError, require
 from lab.schema import did_you_mean, typed
 
@@ -66,6 +67,9 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
         return OmegaConf.to_container(cfg[group], resolve=True)
 
     check_run_config(cfg)
+    for group in TARGET_GROUPS:
+        check_target_nodes(cfg, group)
+    check_decoding_options_of(cfg.get("callbacks"))
     data = check_data_config(plain("data"))  # local files: exist and are not empty
     model, _ = split_compile_option(plain("model"))
     head = head_config(head_defaults_for(model, plain("head")))
@@ -91,6 +95,9 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
     return CheckedGroups(head=head, optim=optim, objective=objective)
 
 
+# Groups of `_target_` nodes, checked against their classes' signatures (lab/config/targets.py).
+TARGET_GROUPS = ("trainer", "callbacks", "logger")
+
 # Precisions under which a live step computes the trunk's states as the cache does (no autocast, no cast model).
 CACHE_PRECISIONS = ("32-true", "32")
 
@@ -110,6 +117,15 @@ def check_hidden_cache(cfg: DictConfig, trunk_grad: str) -> None:
     require(precision in CACHE_PRECISIONS, "hidden_cache",
             f"trainer.precision={precision} would compute the live trunk differently from the cache; allowed: "
             f"{', '.join(CACHE_PRECISIONS)} (for bfloat16 set model.dtype=bfloat16: the cache then holds bfloat16 states)")
+
+
+def check_decoding_options_of(callbacks) -> None:
+    """`callbacks.decoding`'s option ranges (the callback's own rules), before the run folder exists."""
+    from lab.callbacks.decoding import check_decoding_options
+
+    decoding = (callbacks or {}).get("decoding")
+    if decoding is not None:
+        check_decoding_options(**{key: decoding[key] for key in decoding if key != "output_dir" and not str(key).startswith("_")})
 
 
 def check_decoding_callback(callbacks, hf_config) -> None:

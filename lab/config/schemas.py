@@ -18,9 +18,8 @@ builder types the group once (`lab.schema.typed`), which runs the same checks a 
   (`HFModelConfig` + `compile`), `weights` (each schedule of the registry `WEIGHT_SCHEDULES`, its options
   without K, which comes from the head) and `data` (`corpus_schema`: `DataConfig`, every text source;
   `<task>_schema`: `SyntheticConfig` + the task's fields, each task of the registry `TASKS`).
-- `trainer`, `callbacks`, `logger` are `_target_` nodes Hydra instantiates: their fields are the keyword
-  arguments of Lightning's Trainer, of each callback and logger class, which check them; what the harness
-  reads of them before a run is checked in lab/config/checks.py.
+- `trainer`, `callbacks`, `logger` are `_target_` nodes Hydra instantiates: their schema is the target
+  class's constructor signature, which lab/config/targets.py checks each node against before a run.
 - Not objects: `hydra` and `hparams_search` (Hydra's own settings), `experiment` and `debug` (presets
   that set other groups' fields).
 """

@@ -110,10 +110,11 @@ def accept_tree(buffer: ProposalBuffer, target_logits: torch.Tensor, chooser: To
                 return path, choice[node]
             node = follow[0]  # candidates of a position are distinct: at most one matches
             path.append(node)
-    target_probs = chooser.probs(target_logits)  # [n, V] float64
     draws = chooser.draws
     while True:
-        p = target_probs[node]  # [V]
+        # [V] float64, for the nodes the walk reaches only: a tree of n nodes visits about its accepted
+        # depth + 1 of them, and the V-wide law of every node (n × V float64) was most of a T = 1 round's host time
+        p = chooser.probs(target_logits[node])
         for child in shape.children[node]:
             y, q = buffer.tokens[child], buffer.law(child)  # q: [V], or None for a point mass on y
             if draws.accept(min(1.0, (p[y] if q is None else p[y] / q[y]).item())):

@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lab.config.checks import check_group_choice
+from lab.config.targets import SCALAR_NAMES, fits
 from lab.errors import ConfigError
 from lab.schema import check_known
 
@@ -94,20 +95,14 @@ def compose(conf_dir: Path, overrides: list[str], with_hydra: bool = False) -> D
         raise ConfigError("command line", str(error).strip().splitlines()[0]) from None
 
 
-TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number"}
+CHECKED_TYPES = (bool, int, float)  # a default's type that an override must keep (strings take anything)
 
 
 def type_error(expected, value) -> str | None:
     """Why `value` cannot stand where the default config has a value of type `expected` (None: fine)."""
-    if value is None or expected not in TYPE_NAMES:
+    if value is None or expected not in CHECKED_TYPES or fits(expected, value):
         return None
-    if expected is bool:
-        ok = isinstance(value, bool)
-    elif expected is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return None if ok else f"must be {TYPE_NAMES[expected]}, got {value!r}"
+    return f"must be {SCALAR_NAMES[expected]}, got {value!r}"
 
 
 def check_value_override(override, base: DictConfig, conf_dir: Path) -> None:

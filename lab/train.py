@@ -76,20 +76,39 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         from lab.checkpoint.init_from import load_parent_weights
 
         module.init_from = load_parent_weights(module.model, str(cfg.init_from), datamodule.tokenizer_identity)
-    draft_vocab = choose_draft_vocab(module.model, datamodule.train_rows)  # head.draft_vocab: this run's own training counts
+    use_generated_rows(cfg, checked.train_rows, datamodule, module.model, record)  # after init_from: the weights that train write
+    draft_vocab = choose_draft_vocab(module.model, datamodule.training_rows)  # head.draft_vocab: this run's own training counts
     if record is not None and draft_vocab is not None:
         record.update(draft_vocab=draft_vocab)
-    if cfg.get("hidden_cache"):  # after init_from: the cache holds the states of the weights that train
-        from lab.training.hidden_cache import train_from_hidden_cache
-
-        cache = train_from_hidden_cache(datamodule, module.model, Path(cfg.paths.cache_dir) / "hidden")
-        if record is not None:
-            record.update(hidden_cache=cache)
+    use_hidden_cache(cfg, datamodule, module.model, record)  # after init_from: the cache holds the states of the weights that train
     if record is not None:
         cost = cost_table(module.model, int(cfg.data.seq_len))
         print("cost:\n" + format_cost_table(cost))
         record.update(cost=cost, manifest=build_manifest(module, datamodule), corpus_stats=datamodule.corpus_stats)
     return datamodule, module
+
+
+def use_generated_rows(cfg: DictConfig, train_rows, datamodule, model, record: RunRecord | None) -> None:
+    """`train_rows=generated`: the model's own continuations in place of the corpus rows, written once under
+    paths.cache_dir by the weights that train (after init_from) and shared by later runs."""
+    if train_rows is None or train_rows.source != "generated":
+        return
+    from lab.decode.generated_rows import train_from_generated_rows
+
+    generated = train_from_generated_rows(datamodule, model, train_rows, int(cfg.seed), Path(cfg.paths.cache_dir) / "generated")
+    if record is not None:
+        record.update(generated_rows=generated)
+
+
+def use_hidden_cache(cfg: DictConfig, datamodule, model, record: RunRecord | None) -> None:
+    """`hidden_cache=true`: the frozen trunk's states of whichever rows train, built once under paths.cache_dir."""
+    if not cfg.get("hidden_cache"):
+        return
+    from lab.training.hidden_cache import train_from_hidden_cache
+
+    cache = train_from_hidden_cache(datamodule, model, Path(cfg.paths.cache_dir) / "hidden")
+    if record is not None:
+        record.update(hidden_cache=cache)
 
 
 def head_fields(head: "HeadConfig") -> dict:

@@ -91,3 +91,14 @@ def test_paths_are_strings_even_when_given_as_numbers():
     """Before the schema `paths.output_dir=3` composed as an int and the run crashed in pathlib with a traceback."""
     paths = composed(["paths.output_dir=3", "paths.cache_dir=7"]).paths
     assert (paths.output_dir, paths.cache_dir) == ("3", "7")
+
+
+@pytest.mark.parametrize("option", ["corpus", "generated"])
+def test_train_rows_compose_their_configs_fields_and_refuse_a_wrong_type(option):
+    from lab.data.train_rows import TrainRowsConfig
+
+    rows = OmegaConf.to_container(composed([f"train_rows={option}"]).train_rows, resolve=True)
+    assert list(rows) == [f.name for f in dataclasses.fields(TrainRowsConfig)] and rows["source"] == option
+    assert TrainRowsConfig(**rows).prompt_tokens == TrainRowsConfig().prompt_tokens  # the YAML restates no default
+    with pytest.raises(Exception, match="temperature"):
+        composed([f"train_rows={option}", "train_rows.temperature=hot"])

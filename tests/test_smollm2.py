@@ -81,6 +81,7 @@ def test_every_smollm2_heads_job_builds_on_the_real_model_and_the_head_only_jobs
     """Each job of experiment=smollm2_heads passes the start-up checks and builds its module; the head-only jobs' trunks hash alike (one hidden cache)."""
     from omegaconf import OmegaConf
 
+    from lab.decode.generated_rows import next_token_is_the_trunks
     from lab.training.hidden_cache import trunk_fingerprint
     from lab.training.module import MTPLitModule
     from tests.test_smollm2_heads_preset import preset_jobs
@@ -92,4 +93,6 @@ def test_every_smollm2_heads_job_builds_on_the_real_model_and_the_head_only_jobs
         assert module.model.k == cfg.head.get("k") or cfg.head.name == "deepseek", variant
         if cfg.hidden_cache:
             fingerprints.add(trunk_fingerprint(module.model)["weights_sha256"])
+        if cfg.train_rows.source == "generated":  # written by transformers' batched generate, one entry for all of them
+            assert next_token_is_the_trunks(module.model), variant
     assert len(fingerprints) == 1

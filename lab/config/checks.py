@@ -61,6 +61,7 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
     from lab.model.mtp import check_head_on_trunk, head_defaults_for, model_config, trunk_layers
     from lab.objective.objective import Objective
     from lab.training.checked_groups import CheckedGroups
+    from lab.data.train_rows import TrainRowsConfig
     from lab.training.optim import OptimConfig
 
     def plain(group: str) -> dict:
@@ -92,7 +93,9 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
             f"needs a synthetic task (data=star_graph|induction), the only data with answers; got data.source={cfg.data.get('source')}")
     check_horizons_fit(head.k, data.seq_len, head.offsets)
     check_hidden_cache(cfg, head.trunk_grad)
-    return CheckedGroups(head=head, optim=optim, objective=objective)
+    train_rows = typed(TrainRowsConfig, plain("train_rows") if cfg.get("train_rows") is not None else {}, "train_rows")
+    check_train_rows(train_rows, data)
+    return CheckedGroups(head=head, optim=optim, objective=objective, train_rows=train_rows)
 
 
 # Groups of `_target_` nodes, checked against their classes' signatures (lab/config/targets.py).
@@ -117,6 +120,18 @@ def check_hidden_cache(cfg: DictConfig, trunk_grad: str) -> None:
     require(precision in CACHE_PRECISIONS, "hidden_cache",
             f"trainer.precision={precision} would compute the live trunk differently from the cache; allowed: "
             f"{', '.join(CACHE_PRECISIONS)} (for bfloat16 set model.dtype=bfloat16: the cache then holds bfloat16 states)")
+
+
+def check_train_rows(train_rows, data) -> None:
+    """`train_rows=generated` continues each packed corpus row after its prompt: a text corpus on indexed rows,
+    with room in every row for the model to write."""
+    if train_rows.source != "generated":
+        return
+    require(not hasattr(data, "task"), "train_rows",
+            f"generated rows continue a text corpus; data.source={data.source} is a synthetic task with its own answers (set train_rows=corpus)")
+    require(not data.streaming, "train_rows", "generated rows replace an indexed training split row by row; set data.streaming=false")
+    require(train_rows.prompt_tokens < data.seq_len, "train_rows.prompt_tokens",
+            f"must be below data.seq_len={data.seq_len} so the model writes part of each row, got {train_rows.prompt_tokens}")
 
 
 def check_decoding_options_of(callbacks) -> None:

@@ -7,7 +7,7 @@ value of the wrong type while composing (lab/config/preflight.py turns that into
 builder types the group once (`lab.schema.typed`), which runs the same checks a Python caller gets.
 
 - One schema per group, `<group>/schema`: `model` (the harness's GPT: `ModelConfig` + `compile`),
-  `optim`, `reduction`, `schedule`, `paths` (the folders), and `head`: the fields every head has (`HeadConfig`) plus every
+  `optim`, `reduction`, `schedule`, `paths` (the folders), `train_rows` (corpus or generated), and `head`: the fields every head has (`HeadConfig`) plus every
   registered architecture's own options, null by default ("its default"). One schema for all heads
   because a cross-head sweep keeps one group option while interpolating `head.name`
   (experiments/head_ablation.yaml) or sets one head's option for every head (`head.depth: null`);
@@ -41,6 +41,7 @@ from lab.model.lora import LORA_DEFAULTS
 from lab.model.trunk import ModelConfig
 from lab.objective.objective import ReductionConfig, ScheduleConfig
 from lab.objective.weights import WEIGHT_SCHEDULES, schedule_options
+from lab.data.train_rows import TrainRowsConfig
 from lab.training.optim import OptimConfig
 
 
@@ -69,6 +70,7 @@ class HFModelGroup(HFModelConfig):
 
 GROUP_SCHEMAS: dict[str, type] = {
     "model": ModelGroup, "optim": OptimConfig, "reduction": ReductionConfig, "schedule": ScheduleConfig, "paths": PathsGroup,
+    "train_rows": TrainRowsConfig,
 }
 
 

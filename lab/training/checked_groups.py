@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lab.model.heads import HeadConfig
     from lab.objective.objective import Objective
+    from lab.data.train_rows import TrainRowsConfig
     from lab.training.optim import OptimConfig
 
 
@@ -20,3 +21,4 @@ class CheckedGroups:
     head: HeadConfig  # the config_class of the head `head.name` names
     optim: OptimConfig
     objective: Objective  # reduction, weights, schedule and targets
+    train_rows: TrainRowsConfig | None = None  # None: the corpus's own rows

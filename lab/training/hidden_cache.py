@@ -59,10 +59,11 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def trunk_fingerprint(model) -> dict:
-    """What the cached states are a function of on the model side: every trunk tensor, the dtype, the attention."""
+def trunk_fingerprint(model, module=None) -> dict:
+    """What the cached states are a function of on the model side: every trunk tensor (every tensor of `module`
+    when given, e.g. the whole model), the dtype, the attention."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(model.trunk.state_dict().items()):
+    for name, tensor in sorted((module or model.trunk).state_dict().items()):
         digest.update(name.encode("utf-8"))
         digest.update(str(tensor.dtype).encode("utf-8"))
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())  # hashed in place, no bytes copy
@@ -192,25 +193,25 @@ def trunk_next_token_rows(trunk, hidden: torch.Tensor, tokens: torch.Tensor) -> 
     return torch.stack(losses), torch.stack(hits)  # [b, S-1] each
 
 
-def verified_meta(folder: Path, key: str) -> dict:
-    """The entry's meta after checking every file against its recorded sha256; one line naming the damage otherwise."""
+def verified_meta(folder: Path, key: str, field: str = "hidden_cache") -> dict:
+    """The entry's meta after checking every file against its recorded sha256; one line naming the damage (as `field`) otherwise."""
     remedy = f"delete {folder} to rebuild it"
     try:
         meta = json.loads((folder / "meta.json").read_text())
     except (OSError, json.JSONDecodeError) as error:
-        raise ConfigError("hidden_cache", f"the cache entry's meta.json is unreadable ({error}); {remedy}") from None
-    require(meta.get("key") == key, "hidden_cache", f"the cache entry {folder} describes another key ({meta.get('key')}); {remedy}")
+        raise ConfigError(field, f"the cache entry's meta.json is unreadable ({error}); {remedy}") from None
+    require(meta.get("key") == key, field, f"the cache entry {folder} describes another key ({meta.get('key')}); {remedy}")
     for name, expected in meta["sha256"].items():
         path = folder / name
-        require(path.is_file(), "hidden_cache", f"the cache entry lacks {name}; {remedy}")
-        require(sha256_file(path) == expected, "hidden_cache", f"{path} does not match its recorded sha256 (damaged); {remedy}")
+        require(path.is_file(), field, f"the cache entry lacks {name}; {remedy}")
+        require(sha256_file(path) == expected, field, f"{path} does not match its recorded sha256 (damaged); {remedy}")
     return meta
 
 
 def train_from_hidden_cache(datamodule, model, root: str | os.PathLike) -> dict:
     """`hidden_cache=true`: the datamodule's training batches come from the cache of its training rows
     (opened or built now, before the run folder exists); returns what `open_hidden_cache` records."""
-    rows, record = open_hidden_cache(model, datamodule.train_rows, root, datamodule.config.batch_size)
+    rows, record = open_hidden_cache(model, datamodule.training_rows, root, datamodule.config.batch_size)
     datamodule.train_from(rows)
     verb = "built" if record["built"] else "read"
     print(f"hidden cache: {verb} {record['rows']} rows ({record['bytes'] / 2**20:.1f} MiB, {record['dtype']}) in "

@@ -27,13 +27,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from filelock import FileLock
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from lab.data.train_rows import TrainRowsConfig
-from lab.errors import ConfigError, require
-from lab.training.hidden_cache import entry_key, rows_fingerprint, sha256_file, trunk_fingerprint, verified_meta
+from lab.errors import require
+from lab.training.hidden_cache import open_entry, rows_fingerprint, sha256_file, trunk_fingerprint
 
 GENERATED_FORMAT = 1
 
@@ -69,19 +68,10 @@ def open_generated_rows(model, rows: Dataset, config: TrainRowsConfig, seed: int
     # the writer: the trunk, or the whole model when horizon 1 runs a head block or projection of its own
     writer = trunk_fingerprint(model, None if next_token_is_the_trunks(model) else model)
     description = {"format": GENERATED_FORMAT, "model": writer, "rows": rows_fingerprint(rows), "settings": settings}
-    key = entry_key(description)
-    folder = root / key
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(root / f"{key}.lock")):
-            built = not folder.is_dir()
-            if built:
-                write_generated(model, rows, config, seed, folder, description)
-    except PermissionError as error:
-        raise ConfigError("train_rows", f"cannot write generated rows under {root} ({error.strerror}): set paths.cache_dir to a writable folder") from None
-    verified_meta(folder, key, field="train_rows")
+    folder, _, built = open_entry(root, description, lambda folder: write_generated(model, rows, config, seed, folder, description),
+                                  field="train_rows", what="generated rows")
     tokens = np.load(folder / "tokens.npy", mmap_mode="r")
-    record = {"key": key, "path": str(folder), "built": built, "rows": int(tokens.shape[0]), **settings,
+    record = {"key": folder.name, "path": str(folder), "built": built, "rows": int(tokens.shape[0]), **settings,
               "seconds": round(time.perf_counter() - started, 3)}
     return GeneratedRows(tokens), record
 

@@ -124,25 +124,36 @@ def open_hidden_cache(model, rows: Dataset, root: str | os.PathLike, batch_size:
     root = Path(root).expanduser()
     started = time.perf_counter()
     description = {"format": CACHE_FORMAT, "model": trunk_fingerprint(model), "rows": rows_fingerprint(rows)}
+
+    def write(folder: Path) -> None:
+        was_training = model.trunk.training
+        model.trunk.eval()  # as a frozen trunk runs in training (no dropout)
+        try:
+            write_entry(model, rows, folder, description, batch_size)
+        finally:
+            model.trunk.train(was_training)
+
+    folder, meta, built = open_entry(root, description, write, field="hidden_cache", what="the cache")
+    record = {"key": folder.name, "path": str(folder), "built": built, "rows": meta["n_rows"], "dtype": meta["dtype"],
+              "bytes": sum(f.stat().st_size for f in folder.iterdir()), "seconds": round(time.perf_counter() - started, 3)}
+    return CachedRows(folder, meta), record
+
+
+def open_entry(root: Path, description: dict, write, *, field: str, what: str) -> tuple[Path, dict, bool]:
+    """(folder, verified meta, built now) of the entry `description` keys under `root`; on a miss `write(folder)`
+    writes it, one builder per entry (a file lock: DDP ranks, parallel sweep jobs). Shared by every cache of
+    derived training data (this one, lab/decode/generated_rows.py)."""
     key = entry_key(description)
     folder = root / key
     try:
         root.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(root / f"{key}.lock")):  # one builder per entry (DDP ranks, parallel sweep jobs)
+        with FileLock(str(root / f"{key}.lock")):
             built = not folder.is_dir()
             if built:
-                was_training = model.trunk.training
-                model.trunk.eval()  # as a frozen trunk runs in training (no dropout)
-                try:
-                    write_entry(model, rows, folder, description, batch_size)
-                finally:
-                    model.trunk.train(was_training)
+                write(folder)
     except PermissionError as error:
-        raise ConfigError("hidden_cache", f"cannot write the cache under {root} ({error.strerror}): set paths.cache_dir to a writable folder") from None
-    meta = verified_meta(folder, key)
-    record = {"key": key, "path": str(folder), "built": built, "rows": meta["n_rows"], "dtype": meta["dtype"],
-              "bytes": sum(f.stat().st_size for f in folder.iterdir()), "seconds": round(time.perf_counter() - started, 3)}
-    return CachedRows(folder, meta), record
+        raise ConfigError(field, f"cannot write {what} under {root} ({error.strerror}): set paths.cache_dir to a writable folder") from None
+    return folder, verified_meta(folder, key, field), built
 
 
 @torch.no_grad()

@@ -32,6 +32,7 @@ EXPECTED = {
     "hidden_cache": ["cached / live (paired, CPU time)", "where the cached step's time goes", "goal: cached step <= 0.5 x live frozen step"],
     "hidden_cache_draft_vocab": ["draft vocabulary N = 512", "cached / live (paired, CPU time)", "goal: cached step <= 0.5 x live frozen step"],
     "draft_vocab": ["draft stage ms [IQR]", "decode / full", "goal: draft stage at N=512 <= 0.5 x full vocabulary"],
+    "oracle_heads": ["independent heads vs the marginal oracle", "oracle tok/fwd", "heads' share ="],
 }
 # Goal lines (a text each contains) whose verdict does not depend on timing: they must say PASS.
 STRUCTURAL = {
@@ -69,7 +70,7 @@ GOAL_LINES = [
 # Scripts whose --quick goal lines print a verdict without the number it came from (data_scale's goals
 # are over a table above; decode_speed --quick has only the cached-vs-uncached goal, of a median and a
 # token comparison): their structural goals are checked through STRUCTURAL.
-UNNUMBERED_GOALS = {"data_scale", "decode_speed"}
+UNNUMBERED_GOALS = {"data_scale", "decode_speed", "oracle_heads"}  # oracle_heads: a ceiling, no goal of its own
 
 
 def goal_verdicts(stdout: str) -> list[str]:

@@ -66,3 +66,13 @@ def test_every_job_composes_into_the_planned_one():
     generated = [cfg for cfg in frozen if cfg.train_rows.source == "generated"]
     assert len({yaml.safe_dump(OmegaConf.to_container(cfg.train_rows, resolve=True)) for cfg in generated}) == 1
     assert {cfg.head.name for cfg in generated} == {"medusa", "deepseek"}  # heads whose next-token path is the base's own
+
+
+def test_the_more_rows_recipe_runs_alone_and_the_sweep_keeps_its_size():
+    sweep = str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+    assert "medusa_more_rows" not in sweep  # 31 min alone: it would take the sweep past its hour
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=smollm2_heads", "variant=medusa_more_rows", "paths.output_dir=/tmp/unused"])
+    assert (cfg.head.name, cfg.head.k, cfg.head.n_layers, cfg.objective.target, cfg.train_rows.source, cfg.data.max_docs,
+            cfg.trainer.max_steps, cfg.hidden_cache) == ("medusa", 5, 3, "distill", "generated", 66, 1000, True)
+    assert {(cfg.head.n_layers, cfg.data.max_docs) for cfg in preset_jobs().values()} == {(1, 11)}  # the sweep's jobs as before

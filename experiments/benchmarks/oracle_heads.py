@@ -8,6 +8,7 @@ acceptance by position in both conventions, and the heads' share of the oracle's
 (heads − 1) / (oracle − 1). Acceptance is not a timing: the numbers do not depend on the machine's load.
 
     python -m experiments.benchmarks.oracle_heads --runs RUN_DIR ... [--prompts 8 --new-tokens 48 --paths 32 --temperature 1]
+    python -m experiments.benchmarks.oracle_heads --runs A B --prompts-from A   # both on A's held-out prompts
     python -m experiments.benchmarks.oracle_heads --quick      # a random tiny Llama with Medusa heads, seconds
 """
 
@@ -22,8 +23,8 @@ from pathlib import Path
 import torch
 
 from lab.decode import generate
-from lab.inference.ledger import ledger, merge
 from lab.decode.oracle import oracle_decode
+from lab.inference.ledger import acceptance_conventions, ledger, merge
 from lab.inference.sampling import TokenChooser
 from lab.model.heads.independent_drafter import IndependentHeads
 
@@ -38,9 +39,28 @@ def oracle_chain(model, prompts: list[list[int]], new_tokens: int, temperature: 
     outs = [oracle_decode(model, p, new_tokens, depth, paths, TokenChooser(temperature, None, torch.Generator().manual_seed(2000 + i)))
             for i, p in enumerate(prompts)]
     tokens, forwards = sum(len(o["tokens"]) for o in outs), sum(o["target_forwards"] for o in outs)
-    per_position = lambda key: [statistics.mean(o[key][j] for o in outs) for j in range(depth)]  # noqa: E731
-    return {"tokens_per_forward": tokens / forwards, "accept_by_position": per_position("accept_by_position"),
-            "accept_cond_by_position": per_position("accept_cond_by_position")}
+    rounds = lambda key: [n for o in outs for n in o[key]]  # noqa: E731  (pooled over prompts, as lab.inference.ledger.merge does)
+    return {"tokens_per_forward": tokens / forwards, **acceptance_conventions(rounds("proposed_by_round"), rounds("accepted_by_round"), depth)}
+
+
+class OracleMemo:
+    """One oracle measurement per prompt set and settings while the runs share their base bit for bit (head-only runs
+    of one model): the oracle reads the base only, so a second run on the same base would repeat the same numbers."""
+
+    def __init__(self):
+        self.base, self.results = None, {}
+
+    def __call__(self, model, prompts, new_tokens: int, temperature: float, depth: int, paths: int) -> dict:
+        base = model.hf_model.state_dict()
+        if self.base is None or self.base.keys() != base.keys() or not all(torch.equal(self.base[k], base[k]) for k in base):
+            self.base, self.results = base, {}
+        key = (tuple(map(tuple, prompts)), new_tokens, temperature, depth, paths)
+        if key not in self.results:
+            self.results[key] = oracle_chain(model, prompts, new_tokens, temperature, depth, paths)
+        return self.results[key]
+
+
+ORACLE = OracleMemo()
 
 
 def row(name: str, model, prompts, args) -> list | None:
@@ -49,7 +69,7 @@ def row(name: str, model, prompts, args) -> list | None:
         return None
     heads = heads_chain(model, prompts, args.new_tokens, args.temperature)
     depth = len(heads["accept_by_position"])
-    oracle = oracle_chain(model, prompts, args.new_tokens, args.temperature, depth, args.paths)
+    oracle = ORACLE(model, prompts, args.new_tokens, args.temperature, depth, args.paths)
     share = (heads["tokens_per_forward"] - 1) / (oracle["tokens_per_forward"] - 1)
     cells = lambda values: ",".join(f"{v:.2f}" for v in values)  # noqa: E731
     return [name, f"{model.head_cfg.name} K={model.k}", depth, f"{heads['tokens_per_forward']:.3f}", cells(heads["accept_by_position"]),
@@ -74,6 +94,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--paths", type=int, default=32, help="sampled continuations per oracle round (the marginals' estimate)")
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--prompts-from", type=Path, default=None,
+                        help="a run whose held-out prompts every run is measured on (default: each run's own)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     header = ["run", "head", "drafts", "heads tok/fwd", "heads P(prefix>=j)", "heads P(j|<j)", "oracle tok/fwd",
@@ -87,7 +109,9 @@ def main() -> None:
         from experiments.benchmarks.decode_speed import held_out_prompts
         from lab.decode.loading import load_for_generation
 
-        rows.append(row(run_dir.name, load_for_generation(run_dir).model.eval(), held_out_prompts(run_dir, args.prompts, args.prompt_tokens), args))
+        prompts = held_out_prompts(args.prompts_from or run_dir, args.prompts, args.prompt_tokens)
+        name = f"{run_dir.parent.name}/{run_dir.name}"  # a sweep's jobs share names across sweeps
+        rows.append(row(name, load_for_generation(run_dir).model.eval(), prompts, args))
     print(f"== independent heads vs the marginal oracle, T={args.temperature}, {args.new_tokens} new tokens, {args.paths} paths per oracle round")
     print(table(header, [r for r in rows if r is not None]))
     print("heads' share = (heads tokens/forward - 1) / (oracle tokens/forward - 1): the part of the reachable extra tokens the heads reach")

@@ -67,7 +67,8 @@ def oracle_decode(model, prompt: list[int], new_tokens: int, depth: int, paths: 
     """Decode `new_tokens` tokens after `prompt` with `depth` oracle drafts per round.
 
     Returns the tokens, target forwards (the prefill included, as lab.decode counts them), tokens per
-    forward and the acceptance of each draft position in lab.decode's two conventions."""
+    forward, the drafts proposed and accepted by round, and the acceptance of each draft position in
+    lab.decode's two conventions."""
     require(depth >= 1 and paths >= 1 and new_tokens >= 1, "oracle", f"needs depth, paths and new_tokens ≥ 1, got {depth}, {paths}, {new_tokens}")
     hf_model = target_model(model)
     context = list(prompt)
@@ -84,4 +85,4 @@ def oracle_decode(model, prompt: list[int], new_tokens: int, depth: int, paths: 
         pending, forwards = following, forwards + 1
         proposed.append(m), accepted.append(j)
     return {"tokens": emitted[:new_tokens], "target_forwards": forwards, "tokens_per_forward": len(emitted) / forwards,
-            **acceptance_conventions(proposed, accepted, depth)}
+            "proposed_by_round": proposed, "accepted_by_round": accepted, **acceptance_conventions(proposed, accepted, depth)}

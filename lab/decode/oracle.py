@@ -1,4 +1,4 @@
-"""The marginal oracle: what perfectly trained independent heads (Medusa-1, parallel) would reach.
+"""The marginal oracle: what perfectly trained independent heads (Medusa-1, linear …) would reach.
 
 An independent head reads the state of the last verified token t and drafts slot t+1+j (j = 1..m)
 without seeing the tokens in between: the target has yet to draw slot t+1 itself. Trained on the

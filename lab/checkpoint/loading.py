@@ -195,8 +195,10 @@ def verify_restored(module, optimizer=None, groups: list[list[str]] | None = Non
     if optimizer is None:
         return
     params = {id(p): p for p in module.parameters() if p.requires_grad}  # frozen Parameters are never bound
-    bound = [id(p) for group in optimizer.param_groups for p in group["params"]]
+    # An optimizer with float32 master weights (lab/training/master_weights.py) maps each master to its Parameter.
+    to_model = getattr(optimizer, "model_parameter", lambda tensor: tensor)
+    bound = [id(to_model(p)) for group in optimizer.param_groups for p in group["params"]]
     if len(bound) != len(set(bound)) or set(bound) != set(params):
         raise RuntimeError("the optimizer does not hold every Parameter exactly once")
-    if any(id(p) not in params for p in optimizer.state):
+    if any(id(to_model(p)) not in params for p in optimizer.state):
         raise RuntimeError("the optimizer holds state for a tensor that is not a model Parameter")

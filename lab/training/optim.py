@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from lab.errors import require
+from lab.training.master_weights import MasterWeightAdamW
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ def matrix_parameters(model: torch.nn.Module) -> set[int]:
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, matrices: set[int] | None = None):
     """(AdamW, LambdaLR stepped once per optimizer step) over the trainable Parameters; matrices decay, vectors do not.
+    Low-precision Parameters get float32 master weights (MasterWeightAdamW).
 
     `matrices`: `matrix_parameters(model)` taken before the model was wrapped (default: now).
     """
@@ -72,7 +74,8 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, 
         no_decay = [p for p in owned if id(p) not in matrices]
         groups += [{"params": decay, "weight_decay": cfg.weight_decay, "lr": owner_lr}, {"params": no_decay, "weight_decay": 0.0, "lr": owner_lr}]
     groups = groups[:2] + [group for group in groups[2:] if group["params"]]
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+    # bf16 / fp16 Parameters are updated through float32 masters (lab/training/master_weights.py); float32 ones as by AdamW
+    optimizer = MasterWeightAdamW(groups, lr=cfg.lr, betas=cfg.betas)
     warmup = max(1, int(cfg.warmup_steps))
     floor = cfg.min_lr_ratio
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from lab.model.heads import sharding_units  # head-owned: each head class names its units
 from lab.model.trunk import Block
+from lab.training.master_weights import gather_master_grads
 
 
 def fsdp_strategy(*, activation_checkpointing: bool = False, **options):
@@ -36,6 +37,7 @@ def clip_gradient_norm(module, optimizer, max_norm: float | None) -> None:
 
     strategy = module.trainer.strategy
     if isinstance(strategy, FSDPStrategy):
-        strategy.model.clip_grad_norm_(max_norm)
+        strategy.model.clip_grad_norm_(max_norm)  # the model's grads: the optimizer's step gathers them afterwards
     else:
+        gather_master_grads(optimizer)  # bf16 Parameters: Lightning clips the optimizer's float32 masters
         module.clip_gradients(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")

@@ -20,6 +20,7 @@ from torch import Tensor
 from lab.objective.distributed import all_reduce_sum
 from lab.model.heads import Horizon
 from lab.objective.backward import loss_dtype
+from lab.training.master_weights import gather_master_grads
 from lab.objective.logit_bytes import logit_bytes
 from lab.objective.memory import SavedTensorMeter
 from lab.objective.objective import Objective, ScheduleConfig
@@ -58,8 +59,9 @@ class PlainOptimization:
         root.backward()
 
     def update(self) -> None:
+        gather_master_grads(self.optimizer)  # bf16 Parameters: clip the float32 masters' grads
         if self.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            torch.nn.utils.clip_grad_norm_([p for group in self.optimizer.param_groups for p in group["params"]], self.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
 

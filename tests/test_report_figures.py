@@ -100,7 +100,7 @@ def test_report_hides_equal_weights_names_the_spike_and_lists_failures(spiky_swe
     assert f"job {SPIKE_JOB} (head=parallel) `train/loss/h1` at step {SPIKE_STEP}: 10.000 (+7.290 nats over its running median 2.710)" in spike_line  # h1 sits at 2.70 / 2.71
     page = (spiky_sweep / "report.html").read_text()
     assert "<h2>Failed jobs</h2>" in page and "non-finite loss at step 3" in page.split("<h2>Failed jobs</h2>")[1]
-    assert page.count('<div class="scroll"><table>') == 3 and "overflow-x:auto" in page  # variants, cost, jobs
+    assert page.count('<div class="fit"><table>') == page.count('<table>') >= 3 and 'class="scroll"' not in page  # variants, cost, jobs
     assert f"step {SPIKE_STEP}: 10.000" in page
 
 

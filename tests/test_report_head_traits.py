@@ -40,13 +40,13 @@ def loss_of(head: str) -> float:
 def test_a_recorded_baseline_is_the_baseline_whatever_its_name(tmp_path):
     sweep, recorded = two_head_sweep(tmp_path / "recorded", RECORDED)
     assert [v.label for v in recorded if v.is_baseline] == ["head=parallel"]
-    difference = next(line for line in findings(sweep, recorded) if line.startswith("Difference to the ntp baseline"))
-    assert difference.startswith(f"Difference to the ntp baseline ({loss_of('parallel'):.4f}): head=ntp {loss_of('ntp') - loss_of('parallel'):+.4f}")
+    difference = next(line for line in findings(sweep, recorded) if line.startswith("Difference to the baseline"))
+    assert difference.startswith(f"Difference to the baseline head=parallel ({loss_of('parallel'):.4f}): head=ntp {loss_of('ntp') - loss_of('parallel'):+.4f}")
     # The same runs recorded before head_traits existed: read by head name, ntp is the baseline.
     sweep, legacy = two_head_sweep(tmp_path / "legacy", None)
     assert [v.label for v in legacy if v.is_baseline] == ["head=ntp"]
-    difference = next(line for line in findings(sweep, legacy) if line.startswith("Difference to the ntp baseline"))
-    assert difference.startswith(f"Difference to the ntp baseline ({loss_of('ntp'):.4f}): head=parallel {loss_of('parallel') - loss_of('ntp'):+.4f}")
+    difference = next(line for line in findings(sweep, legacy) if line.startswith("Difference to the baseline"))
+    assert difference.startswith(f"Difference to the baseline head=ntp ({loss_of('ntp'):.4f}): head=parallel {loss_of('parallel') - loss_of('ntp'):+.4f}")
 
 
 def test_the_recorded_display_rank_orders_tables_and_figures(tmp_path):

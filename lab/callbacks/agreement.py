@@ -8,6 +8,11 @@ it). From the argmaxes the validation step already computed (no cache, no extra 
     val/agree/h{k}        P(argmax_k[t] == argmax_1[t+k-1])
     val/agree_chain/h{k}  the same, given agreement at horizons 2..k-1 at row t
     val/est_tokens_per_forward = 1 + Σ_{k≥2} Π_{j=2..k} agree_chain/h{j}
+    val/top_token/h{k}    the id horizon k predicts most often (its argmax mode over supervised rows)
+    val/top_token_share/h{k}  the share of those rows where it predicts that id
+
+The last two tell a degenerate model apart: when every horizon predicts one frequent token, agreement is
+near 1 without any drafting skill (the report warns).
 
 A DeepSeek depth's argmax is teacher-forced (it saw the true tokens up to t+k−1, where a
 decoder feeds its drafts), so its agreement estimates from above. The live decoding
@@ -65,6 +70,23 @@ def agreement_metrics(totals: dict[str, torch.Tensor], contiguous: bool = True) 
     return metrics
 
 
+def top_token_metrics(predicted: torch.Tensor) -> dict[str, torch.Tensor]:
+    """From `predicted` [K, V] (how often each horizon's argmax is each id): each horizon's mode and its share."""
+    counts = predicted.double()
+    top_share, top_id = counts.max(dim=-1)  # [K], [K]
+    share = ratio(top_share, counts.sum(-1))  # [K]
+    metrics = {}
+    for k in range(1, counts.shape[0] + 1):
+        metrics[f"val/top_token/h{k}"] = top_id[k - 1].double()
+        metrics[f"val/top_token_share/h{k}"] = share[k - 1]
+    return metrics
+
+
+def predicted_counts(row_argmax: list[torch.Tensor], vocab: int) -> torch.Tensor:
+    """[K, V]: per horizon, how many supervised rows have each id as their argmax (-1 rows left out)."""
+    return torch.stack([torch.bincount(choice[choice >= 0].flatten(), minlength=vocab)[:vocab] for choice in row_argmax])
+
+
 class DraftAgreement(pl.Callback):
     def __init__(self):
         self._totals: dict[str, torch.Tensor] = {}
@@ -78,10 +100,13 @@ class DraftAgreement(pl.Callback):
             return
         for name, value in agreement_counts(row_argmax, pl_module.model.head.offsets).items():
             self._totals[name] = self._totals.get(name, 0) + value.cpu()
+        vocab = int(pl_module.model.trunk.unembedding.shape[0])
+        self._totals["predicted"] = self._totals.get("predicted", 0) + predicted_counts(row_argmax, vocab).cpu()  # [K, V]
 
     def on_validation_epoch_end(self, trainer, pl_module):
         if not self._totals or trainer.sanity_checking:
             return
         totals = {name: pl_module.all_reduce_sum(value.to(pl_module.device)).cpu() for name, value in self._totals.items()}
-        metrics = agreement_metrics(totals, pl_module.model.head_cfg.contiguous_offsets)
+        metrics = {**agreement_metrics(totals, pl_module.model.head_cfg.contiguous_offsets), **top_token_metrics(totals["predicted"])}
         pl_module.log_dict({name: value.float() for name, value in metrics.items()}, on_epoch=True, sync_dist=False, batch_size=1)
+

@@ -147,7 +147,7 @@ class LMDataModule(RowsDataModule):
             f"the training split packs into {len(train_rows)} rows of seq_len {config.seq_len}, fewer than "
             f"batch_size {config.batch_size} (no full batch); lower batch_size or seq_len, or add documents",
         )
-        stats = _cached(self._cache_name(corpus, "stats", tokenizer), lambda: _corpus_stats(train_rows, val_rows, tokenizer))
+        stats = _cached(self._cache_name(corpus, STATS_KEY, tokenizer), lambda: _corpus_stats(train_rows, val_rows, tokenizer))
         self._prepared = _Prepared(tokenizer, corpus.fingerprint, train_rows, val_rows, stats)
 
     def _prepare_streaming(self, corpus: Corpus, tokenizer: Tokenizer) -> _Prepared:
@@ -219,6 +219,9 @@ def _iter_texts(docs: datasets.Dataset | datasets.IterableDataset) -> Iterator[s
         yield from batch["text"]
 
 
+STATS_KEY = "stats-v2"  # v2 added top_token_share: an older stats file is recomputed, not read without it
+
+
 def _cached(name: Path, compute) -> dict:
     """A small JSON result stored next to the tokenized cache (written atomically: ranks may race)."""
     path = name.with_suffix(".json")
@@ -269,6 +272,7 @@ def _unigram_stats(counts: np.ndarray, n_bytes: int) -> dict:
     bits_per_token = unigram_entropy_bits_from_counts(counts)
     n_tokens = int(counts.sum())
     return {
+        "top_token_share": float(counts.max() / n_tokens) if n_tokens else float("nan"),  # the most frequent token's share
         "unigram_bits_per_token": bits_per_token,
         "unigram_nats_per_token": bits_per_token * math.log(2),
         "unigram_bits_per_byte": bits_per_token * n_tokens / n_bytes if n_bytes else float("nan"),

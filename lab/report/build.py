@@ -37,17 +37,18 @@ class Report:
         return self.n_failed + sum(self.n_other.values())
 
 
-def build_report(sweep: Sweep, out_dir: str | Path) -> Report:
-    """Every output is a pure function of the records: rebuilding from the same data gives the same bytes."""
+def build_report(sweep: Sweep, out_dir: str | Path, baseline: str | None = None) -> Report:
+    """Every output is a pure function of the records: rebuilding from the same data gives the same bytes.
+    `baseline`: the variant label differences are taken to (`report.baseline`; None: ntp when the sweep has one)."""
     if not sweep.records:
         raise ReportError(f"{sweep.source}: no completed runs (the sweep has no jobs)")
     if not sweep.completed:
         reasons = "; ".join(f"job {r['job']}: {r['error']}" for r in sweep.failed[:3])
         more = f" (+{len(sweep.failed) - 3} more)" if len(sweep.failed) > 3 else ""
         raise ReportError(f"{sweep.source}: no completed runs ({len(sweep.failed)} failed: {reasons}{more})")
+    groups = variants(sweep.records, baseline)  # refuses an unknown baseline before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    groups = variants(sweep.records)
     runs_csv = write_text_atomic(out / "runs.csv", runs_csv_text(sweep.records))
     figures = write_report_figures(groups, out / FIGURES_DIR) + write_scaling_figures(groups, out / FIGURES_DIR)
     md = write_text_atomic(out / "report.md", markdown(sweep, groups, figures, FIGURES_DIR))
@@ -58,9 +59,9 @@ def build_report(sweep: Sweep, out_dir: str | Path) -> Report:
                   findings(sweep, groups), dict(sorted(statuses.items())))
 
 
-def build_sweep_report(sweep_dir: str | Path) -> Report:
+def build_sweep_report(sweep_dir: str | Path, baseline: str | None = None) -> Report:
     """`lab-report SWEEP_DIR`: collect the job directories and write the report next to them."""
-    return build_report(collect_sweep(sweep_dir), sweep_dir)
+    return build_report(collect_sweep(sweep_dir), sweep_dir, baseline)
 
 
 def log_report_to_wandb(report: Report, project: str, group: str, mode: str | None = None, entity: str | None = None) -> str | None:

@@ -26,6 +26,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workspace", action="store_true", help="save a wandb Workspace view of the sweep's group")
     parser.add_argument("--title", help="the Report's title (default: 'Sweep report: GROUP')")
     parser.add_argument("--dry-run", metavar="FILE", help="with --publish/--workspace: write the Report/Workspace model to FILE (JSON) instead of saving it")
+    parser.add_argument("--baseline", metavar="LABEL", help="the variant differences are taken to, by its label in the report "
+                        "(e.g. 'head=ntp'); default: the ntp variant when the sweep has exactly one, else none")
     parser.add_argument("--force", action="store_true", help="report on a folder of runs that is not a Hydra sweep (no multirun.yaml)")
     return parser.parse_args(argv)
 
@@ -53,10 +55,10 @@ def run(args: argparse.Namespace):
             raise ReportError("--wandb needs --group NAME and --out DIR")
         from lab.report.wandb_source import sweep_from_wandb
 
-        return build_report(sweep_from_wandb(args.wandb, args.group), args.out)
+        return build_report(sweep_from_wandb(args.wandb, args.group), args.out, args.baseline)
     if not args.sweep_dir:
         raise ReportError("SWEEP_DIR: missing (or use --wandb ENTITY/PROJECT --group NAME --out DIR)")
-    return build_report(collect_sweep(args.sweep_dir, force=args.force), args.out or args.sweep_dir)
+    return build_report(collect_sweep(args.sweep_dir, force=args.force), args.out or args.sweep_dir, args.baseline)
 
 
 def publish(args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ A record is a dict with a fixed shape, whatever its source:
     parameters  dict  parameter table of the model (may be empty; runs before `cost` existed)
     cost        dict  run.json `cost`: params_total, blocks_trunk / blocks_head / blocks_next_token_path,
                       train_flops_per_token, measured train_tokens_per_s, train_time_s (may be empty)
+    corpus      dict  run.json `corpus_stats`: unigram_nats_per_token, top_token_share, ... (may be empty)
 
 The conversion from wandb's public-API run objects is a pure function of plain dicts
 (`record_from_wandb`) so it can be tested without a network.
@@ -116,7 +117,7 @@ def empty_record() -> dict:
     return {
         "job": None, "name": "", "run_dir": "", "overrides": [], "status": "failed", "error": None,
         "run_time_s": None, "head": None, "k": None, "head_traits": None, "reduction": None, "weights": None,
-        "schedule": None, "seed": None, "final": {}, "history": {}, "parameters": {}, "cost": {},
+        "schedule": None, "seed": None, "final": {}, "history": {}, "parameters": {}, "cost": {}, "corpus": {},
     }
 
 
@@ -188,6 +189,7 @@ def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
     record["final"] = {name: float(value) for name, value in (payload.get("final_metrics") or {}).items() if to_float(value) is not None}
     record["parameters"] = payload.get("parameters") or {}
     record["cost"] = payload.get("cost") or {}
+    record["corpus"] = payload.get("corpus_stats") or {}
     manifest = payload.get("manifest") or {}
     config = payload.get("config") or {}
     record.update(fields_from(payload, manifest, config))
@@ -307,6 +309,7 @@ def record_from_wandb(run: dict, job: int) -> dict:
     manifest = config.get("manifest") or {}
     record.update(fields_from(config, manifest, config))
     record["cost"] = dict(config.get("cost") or {})  # logged as a hyperparameter by lab-train
+    record["corpus"] = dict(config.get("corpus_stats") or {})  # likewise
     overrides = config.get("overrides")
     record["overrides"] = [str(o) for o in overrides] if overrides else synthesized_overrides(record)
     status = summary.get("status")

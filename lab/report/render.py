@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from lab.report.answers import above_chance, clever_hans, count_runs
+from lab.report.caveats import caveats
 from lab.report.sweep_figures import ReportFigure, loss_speedup_points, order_key
 from lab.report.records import Sweep
 from lab.report.scaling import SCALING_NOTE, scaling_finding, scaling_points, scaling_table
@@ -24,6 +25,7 @@ from lab.report.speeds import (
 from lab.report.spikes import SPIKE_MIN_NATS, SPIKE_SIGMAS, record_spikes
 from lab.report.table import (
     Variant,
+    baseline_of,
     mean_spread,
     seed_count,
     steps_done,
@@ -65,39 +67,25 @@ def shown_overrides(record: dict, dims: list[str]) -> str:
 
 
 def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
-    """Plain statements computed from the numbers in the tables (no judgement beyond them)."""
+    """Plain statements computed from the numbers in the tables, each with the test it applied and its evidence."""
     out = []
     scored = sorted((v for v in variants if v.stat("val/loss")[0] is not None), key=lambda v: v.stat("val/loss")[0])
     if scored:
         best = scored[0]
         out.append(f"Lowest validation next-token loss: **{best.label}** ({best.cell('val/loss')} nats).")
-        baseline = next((v for v in scored if v.is_baseline), None)
-        if baseline is not None and len(scored) > 1:
-            base = baseline.stat("val/loss")[0]
-            deltas = [f"{v.label} {v.stat('val/loss')[0] - base:+.4f}" for v in sorted(scored, key=order_key) if v is not baseline]
-            out.append(f"Difference to the ntp baseline ({base:.4f}): " + "; ".join(deltas) + " (negative = better than ntp).")
-            out += significance_finding(variants, order_key)
+        out += baseline_findings(scored, variants)
         worst = scored[-1]
         if worst is not best:
             out.append(f"Highest: **{worst.label}** ({worst.cell('val/loss')}); spread across variants "
                        f"{worst.stat('val/loss')[0] - best.stat('val/loss')[0]:.4f} nats.")
-    multi = [v for v in sorted(variants, key=order_key) if v.max_k > 1 and v.stat(f"val/loss/h{v.max_k}")[0] is not None]
-    if multi:
-        rising = [v for v in multi if all(
-            (v.stat(f"val/loss/h{k}")[0] or 0) <= (v.stat(f"val/loss/h{k + 1}")[0] or 0) for k in range(1, v.max_k))]
-        parts = [f"{v.label}: h1 {v.stat('val/loss/h1')[0]:.3f} → h{v.max_k} {v.stat(f'val/loss/h{v.max_k}')[0]:.3f}" for v in multi]
-        out.append(f"Per-horizon validation loss rises with the horizon in {len(rising)} of {len(multi)} multi-token variants ("
-                   + "; ".join(parts) + ").")
-        accs = [f"{v.label}: h{v.max_k} {v.stat(f'val/acc/h{v.max_k}')[0]:.3f}{forced_mark(v, v.max_k)}"
-                for v in multi if v.stat(f"val/acc/h{v.max_k}")[0] is not None]
-        if accs:
-            out.append("Top-1 accuracy at the farthest horizon: " + "; ".join(accs) + ".")
+    out += horizon_trend_findings(variants)
     out += answer_findings(variants)
     out += scaling_finding(scaling_points(variants))
     out += cost_findings(variants)
     out += contention_findings(variants)
     out += fastest_decoding_finding(variants)
     out += spike_findings(sweep)
+    out += caveats(variants)
     if sweep.failed:
         dims = sweep_dimensions(sweep.records)
         out.append(f"{len(sweep.failed)} job(s) failed: " + "; ".join(f"job {r['job']} ({shown_overrides(r, dims)}): {r['error']}" for r in sweep.failed) + ".")
@@ -106,6 +94,39 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
 
 ANSWER_METRICS = ("val/answer_exact", "val/answer_exact_se", "val/answer_first_acc", "val/answer_exact_given_first",
                   "val/answer_token_acc", "val/answer_tf_acc")
+
+
+def baseline_findings(scored: list[Variant], variants: list[Variant]) -> list[str]:
+    """Differences to the sweep's baseline (report.baseline, else ntp) — or a line saying there is none to take them to."""
+    baseline = baseline_of(variants)
+    if baseline is None or baseline not in scored:
+        return ["No single baseline variant in this sweep (no ntp job, or several): no differences to a baseline are stated; "
+                "choose one with `report.baseline=LABEL` (lab-report --baseline LABEL)."] if len(scored) > 1 else []
+    if len(scored) < 2:
+        return []
+    base = baseline.stat("val/loss")[0]
+    deltas = [f"{v.label} {v.stat('val/loss')[0] - base:+.4f}" for v in sorted(scored, key=order_key) if v is not baseline]
+    return [f"Difference to the baseline {baseline.label} ({base:.4f}): " + "; ".join(deltas) + f" (negative = better than {baseline.label})."
+            ] + significance_finding(variants, order_key)
+
+
+def horizon_trend_findings(variants: list[Variant]) -> list[str]:
+    """Does per-horizon validation loss rise with the horizon? Two tests, each stated, with every horizon's value as evidence."""
+    multi = [v for v in sorted(variants, key=order_key) if v.max_k > 1 and v.stat(f"val/loss/h{v.max_k}")[0] is not None]
+    if not multi:
+        return []
+    series = {v.label: [v.stat(f"val/loss/h{k}")[0] for k in range(1, v.max_k + 1)] for v in multi}
+    endpoints = [v for v in multi if None not in series[v.label] and series[v.label][-1] > series[v.label][0]]
+    every_step = [v for v in endpoints if all(a < b for a, b in zip(series[v.label], series[v.label][1:]))]
+    parts = [f"{v.label}{' (TF)' if v.teacher_forced else ''}: " + " → ".join("—" if x is None else f"{x:.3f}" for x in series[v.label])
+             for v in multi]
+    out = [f"Per-horizon validation loss h1 → hK. Endpoint test (hK > h1): rises in {len(endpoints)} of {len(multi)} multi-token "
+           f"variants; strict test (every h(k+1) > hk): in {len(every_step)} of {len(multi)}. Evidence: " + "; ".join(parts) + "."]
+    accs = [f"{v.label}: h{v.max_k} {v.stat(f'val/acc/h{v.max_k}')[0]:.3f}{forced_mark(v, v.max_k)}"
+            for v in multi if v.stat(f"val/acc/h{v.max_k}")[0] is not None]
+    if accs:
+        out.append("Top-1 accuracy at the farthest horizon: " + "; ".join(accs) + ".")
+    return out
 
 
 def answer_findings(variants: list[Variant]) -> list[str]:
@@ -400,18 +421,62 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure],
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
-th{background:#f3f3f3}td:first-child,td:nth-child(2){text-align:left}tr.failed td{background:#fde8e8}
-.scroll{overflow-x:auto;max-width:100%}.scroll table{margin:0}li,p,h1,h2,h3{overflow-wrap:anywhere}
+th{background:#f3f3f3;overflow-wrap:anywhere}td{white-space:nowrap}td:first-child{white-space:normal;overflow-wrap:anywhere;min-width:8em}
+td:first-child,td:nth-child(2){text-align:left}tr.failed td{background:#fde8e8}td.wrap{white-space:normal;overflow-wrap:anywhere;text-align:left;min-width:12em}
+li,p,h1,h2,h3{overflow-wrap:anywhere}.fit{max-width:100%;overflow-x:auto}.fit table{margin:0.5em 0}
 img{max-width:100%;border:1px solid #eee}code{background:#f5f5f5;padding:0 3px}.reason{text-align:left;color:#a00}
+.part{color:#666;font-size:12px;margin:0.8em 0 -0.6em}
 """
+# The page is 1200 px wide; a table wider than this is split into column groups, each repeating the first
+# column, so on a page of that width no column is hidden behind a scroll bar (on a narrower window a table
+# scrolls inside its box). Widths are estimated from the text (13 px type).
+TABLE_BUDGET_PX = 1100
+CHAR_PX = 7.6
+CELL_PAD_PX = 16
+FIRST_COLUMN_CHARS = 30  # the label column wraps at this many characters
+WRAPPED_CELL_CHARS = 40  # free-text columns (overrides, failure reasons) wrap too
 
 
-def html_table(header: list[str], rows: list[list[str]], failed_rows: set[int] | None = None) -> str:
-    out = ['<div class="scroll"><table>', "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
-    for index, row in enumerate(rows):
-        css = ' class="failed"' if failed_rows and index in failed_rows else ""
-        out.append(f"<tr{css}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
-    out.append("</table></div>")
+def column_px(header: str, cells: list[str], index: int, wrapped: bool) -> float:
+    longest_word = max((len(word) for word in header.split()), default=0)
+    text = max((len(str(c)) for c in cells), default=0)
+    if index == 0:
+        text = min(text, FIRST_COLUMN_CHARS)
+    elif wrapped:
+        text = min(text, WRAPPED_CELL_CHARS)
+    return max(longest_word, text) * CHAR_PX + CELL_PAD_PX
+
+
+def column_groups(header: list[str], rows: list[list[str]], wrapped: set[int]) -> list[list[int]]:
+    """Column indexes per printed table: the first column, then as many others as fit TABLE_BUDGET_PX."""
+    widths = [column_px(h, [row[i] for row in rows], i, i in wrapped) for i, h in enumerate(header)]
+    groups, current, used = [], [0], widths[0]
+    for i in range(1, len(header)):
+        if used + widths[i] > TABLE_BUDGET_PX and len(current) > 1:
+            groups.append(current)
+            current, used = [0], widths[0]
+        current.append(i)
+        used += widths[i]
+    return groups + [current]
+
+
+WRAP_TD = '<td class="wrap">'
+
+
+def html_table(header: list[str], rows: list[list[str]], failed_rows: set[int] | None = None, wrapped: set[int] = frozenset()) -> str:
+    """One table, or several column groups when it would be wider than the page (`wrapped`: free-text columns)."""
+    groups = column_groups(header, rows, set(wrapped))
+    out = []
+    for number, columns in enumerate(groups, 1):
+        if len(groups) > 1:
+            out.append(f'<p class="part">columns {number} of {len(groups)}</p>')
+        out.append('<div class="fit"><table>')
+        out.append("<tr>" + "".join(f"<th>{html.escape(header[i])}</th>" for i in columns) + "</tr>")
+        for index, row in enumerate(rows):
+            css = ' class="failed"' if failed_rows and index in failed_rows else ""
+            cells = "".join((WRAP_TD if i in wrapped else "<td>") + f"{html.escape(str(row[i]))}</td>" for i in columns)
+            out.append(f"<tr{css}>{cells}</tr>")
+        out.append("</table></div>")
     return "\n".join(out)
 
 
@@ -439,7 +504,7 @@ def html_page(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure]
         parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{inline_md(note)}</p>", html_table(*table)]
     header, rows = run_table(sweep, variants)
     failed = {i for i, r in enumerate(sweep.records) if r["status"] != "ok"}
-    parts += ["<h2>Jobs</h2>", html_table(header, rows, failed)]
+    parts += ["<h2>Jobs</h2>", html_table(header, rows, failed, wrapped={1, len(header) - 1})]  # overrides, failure reason
     if sweep.failed:
         parts += ["<h2>Failed jobs</h2>", "<ul>", *[f"<li>{inline_md(line)}</li>" for line in failed_job_lines(sweep)], "</ul>"]
     parts.append("<h2>Figures</h2>")

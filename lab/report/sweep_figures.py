@@ -19,7 +19,7 @@ from lab.report.records import finite
 from lab.report.router_figures import expert_load_heatmaps
 from lab.report.speeds import speedup_metric
 from lab.report.spikes import find_spikes, robust_range
-from lab.report.table import Variant
+from lab.report.table import Variant, baseline_of
 
 GRAD_COS = re.compile(r"^grad/cos/(?:(?P<space>.+)/)?h(?P<i>\d+)_h(?P<j>\d+)$")
 MiB = 1024 * 1024
@@ -87,21 +87,25 @@ def val_loss_by_architecture(variants: list[Variant], path: Path) -> Path | None
     if not rows:
         return None
     styles = variant_styles(variants)
-    baseline = next((v.stat("val/loss")[0] for v in rows if v.is_baseline), None)
+    chosen = baseline_of(rows)  # none in the sweep (or several): no Δ is written
+    baseline = None if chosen is None else chosen.stat("val/loss")[0]
     with figure(max(5.0, 0.75 * len(rows) + 2), 4.0) as (fig, axes):
         ax = axes[0][0]
         for i, variant in enumerate(rows):
             mean, spread, n = variant.stat("val/loss")
             ax.bar(i, mean, yerr=spread if n > 1 else None, capsize=3, color=styles[variant.label][0])
-            text = f"{mean:.3f}" if baseline is None or variant.is_baseline else f"{mean:.3f}\nΔ{mean - baseline:+.3f}"
+            text = f"{mean:.3f}" if baseline is None or variant is chosen else f"{mean:.3f}\nΔ{mean - baseline:+.3f}"
             ax.annotate(text, (i, mean + (spread or 0)), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
         if baseline is not None:
-            ax.axhline(baseline, color="black", linestyle="--", linewidth=0.8, label="ntp")
+            ax.axhline(baseline, color="black", linestyle="--", linewidth=0.8, label=f"baseline: {short(chosen.label, 24)}")
         high = max(v.stat("val/loss")[0] + (v.stat("val/loss")[1] or 0) for v in rows)
         ax.set_ylim(*zero_based_ylim(high))
         ax.set_xticks(range(len(rows)), [short(v.label) for v in rows], rotation=30, ha="right")
         ax.set_ylabel("val next-token loss (nats)")
-        ax.set_title("Validation next-token loss by architecture and K\n(mean ± sd over seeds; Δ = difference to ntp)")
+        seeds = sorted({v.stat("val/loss")[2] for v in rows})
+        spread = f"mean ± sd over n = {'/'.join(map(str, seeds))} seeds" if max(seeds) > 1 else "one seed each"
+        ax.set_title("Validation next-token loss by variant\n(" + spread
+                     + ("" if chosen is None else f"; Δ = difference to {short(chosen.label, 24)}") + ")")
         if baseline is not None:
             ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return save_png(fig, path)
@@ -485,7 +489,7 @@ def logit_memory_by_schedule(variants: list[Variant], path: Path) -> Path | None
 
 
 REPORT_FIGURES = (
-    ("val_loss_by_architecture.png", val_loss_by_architecture, "Validation next-token loss by architecture and K"),
+    ("val_loss_by_architecture.png", val_loss_by_architecture, "Validation next-token loss by variant (architecture, K, …)"),
     ("horizon_loss_curves.png", horizon_loss_curves, "Per-horizon loss curves"),
     ("horizon_accuracy.png", horizon_accuracy, "Per-horizon accuracy vs horizon (Medusa-style) and chain acceptance; "
      "teacher-forced DeepSeek depths on their own axes"),

@@ -45,7 +45,7 @@ class SweepReport(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         try:
             sweep = collect_sweep(sweep_dir)
-            report = build_report(sweep, sweep_dir)
+            report = build_report(sweep, sweep_dir, OmegaConf.select(config, "report.baseline"))
         except ReportError as error:
             print(f"error: report: {error}", file=sys.stderr)
             sys.exit(1)

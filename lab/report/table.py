@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from lab.report.head_traits import HeadTraits, traits_of
-from lab.report.records import RECORD_FIELDS, finite, override_items
+from lab.report.records import RECORD_FIELDS, ReportError, finite, override_items
 
 SEED_KEYS = ("seed", "+seed", "++seed")
 HORIZON_METRIC = re.compile(r"^(?P<base>.+)/h(?P<k>\d+)$")
@@ -99,6 +99,7 @@ def variant_label(record: dict, dims: list[str]) -> str:
 class Variant:
     label: str
     records: list[dict] = field(default_factory=list)
+    chosen_baseline: bool | None = None  # set by `choose_baseline`: True/False overrides the head's own trait
 
     @property
     def ok(self) -> list[dict]:
@@ -122,7 +123,8 @@ class Variant:
 
     @property
     def is_baseline(self) -> bool:
-        return self.traits.baseline
+        """The variant differences are taken to: `report.baseline` when set, else a head whose trait says so (ntp)."""
+        return self.traits.baseline if self.chosen_baseline is None else self.chosen_baseline
 
     @property
     def teacher_forced(self) -> bool:
@@ -165,14 +167,33 @@ def mean_spread(values: list[float]) -> tuple[float | None, float | None, int]:
     return mean, spread, len(values)
 
 
-def variants(records: list[dict]) -> list[Variant]:
-    """Jobs grouped by every sweep dimension except the seed, in job order."""
+def variants(records: list[dict], baseline: str | None = None) -> list[Variant]:
+    """Jobs grouped by every sweep dimension except the seed, in job order; `baseline`: see `choose_baseline`."""
     dims = sweep_dimensions(records)
     groups: dict[str, Variant] = {}
     for record in records:
         label = variant_label(record, dims)
         groups.setdefault(label, Variant(label)).records.append(record)
-    return list(groups.values())
+    return choose_baseline(list(groups.values()), baseline)
+
+
+def choose_baseline(groups: list[Variant], baseline: str | None) -> list[Variant]:
+    """`baseline` (a variant label, e.g. `head=ntp`) becomes the only baseline; None keeps the heads' own trait
+    (ntp), so a sweep without such a variant has no baseline and its report states no differences."""
+    if baseline is None:
+        return groups
+    labels = [v.label for v in groups]
+    if baseline not in labels:
+        raise ReportError(f"report.baseline: '{baseline}' is not a variant of this sweep; allowed: {', '.join(labels)}")
+    for variant in groups:
+        variant.chosen_baseline = variant.label == baseline
+    return groups
+
+
+def baseline_of(groups: list[Variant]) -> Variant | None:
+    """The one variant differences are taken to (None: the sweep has none, or several, e.g. one ntp per model size)."""
+    found = [v for v in groups if v.is_baseline and v.ok]
+    return found[0] if len(found) == 1 else None
 
 
 def seed_count(records: list[dict]) -> int:

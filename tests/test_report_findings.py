@@ -1,0 +1,115 @@
+"""Findings a reader cannot falsify from runs.csv: constructed sweeps for each way the report misled before.
+
+Each sweep is written as `lab-train -m` leaves it (tests/test_report.py `fake_job`), then edited to the case:
+no ntp job, a non-monotone horizon loss, agreement that is degenerate, a model above the unigram entropy,
+collapsed heads, one seed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lab.report.build import build_sweep_report
+from lab.report.records import ReportError
+from tests.cli import lab_report, one_error_line
+from tests.test_report import fake_job
+
+
+def sweep_of(tmp_path: Path, heads: list[str], seeds: int = 2) -> Path:
+    sweep = tmp_path / "sweep"
+    sweep.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    for job, (head, seed) in enumerate((h, s) for h in heads for s in range(seeds)):
+        fake_job(sweep, job, head, seed)
+    return sweep
+
+
+def edit_runs(sweep: Path, edit) -> None:
+    """edit(payload) on every job's run.json."""
+    for run_json in sweep.glob("*/run.json"):
+        payload = json.loads(run_json.read_text())
+        edit(payload)
+        run_json.write_text(json.dumps(payload))
+
+
+def findings_of(sweep: Path, baseline: str | None = None) -> list[str]:
+    return build_sweep_report(sweep, baseline).findings
+
+
+def test_a_sweep_without_ntp_states_no_difference_to_ntp_until_a_baseline_is_chosen(tmp_path):
+    sweep = sweep_of(tmp_path, ["parallel", "deepseek"])
+    found = findings_of(sweep)
+    assert sum(line.startswith("No single baseline variant") for line in found) == 1
+    assert not any("Difference to" in line or "ntp" in line for line in found if not line.startswith("No single baseline")), found
+    chosen = findings_of(sweep, baseline="head=parallel")
+    assert "Difference to the baseline head=parallel (3.1050): head=deepseek +0.1000 (negative = better than head=parallel)." in chosen
+
+
+def test_an_unknown_baseline_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    sweep = sweep_of(tmp_path, ["parallel", "deepseek"])
+    before = sorted(p.name for p in sweep.iterdir())
+    with pytest.raises(ReportError, match="report.baseline: 'head=ntp' is not a variant of this sweep; allowed: head=parallel, head=deepseek"):
+        build_sweep_report(sweep, "head=ntp")
+    out = lab_report(str(sweep), "--baseline", "head=ntp")
+    assert out.returncode == 2 and "report.baseline" in one_error_line(out)
+    assert sorted(p.name for p in sweep.iterdir()) == before  # no runs.csv, report or figures
+
+
+def test_the_horizon_trend_states_both_tests_and_shows_every_horizon(tmp_path):
+    sweep = sweep_of(tmp_path, ["ntp", "parallel"])
+    bumpy = {"val/loss/h1": 3.0, "val/loss/h2": 3.2, "val/loss/h3": 3.1, "val/loss/h4": 3.4}  # endpoints rise, not every step
+    edit_runs(sweep, lambda p: p["final_metrics"].update(bumpy) if p["manifest"]["head"] == "parallel" else None)
+    line = next(line for line in findings_of(sweep) if line.startswith("Per-horizon validation loss"))
+    assert "Endpoint test (hK > h1): rises in 1 of 1" in line
+    assert "strict test (every h(k+1) > hk): in 0 of 1" in line
+    assert "head=parallel: 3.000 → 3.200 → 3.100 → 3.400" in line
+
+
+def set_corpus(sweep: Path, **stats) -> None:
+    edit_runs(sweep, lambda p: p.update(corpus_stats=stats))
+
+
+def test_a_degenerate_agreement_is_flagged_beside_its_estimate(tmp_path):
+    sweep = sweep_of(tmp_path, ["ntp", "parallel"])
+    set_corpus(sweep, unigram_nats_per_token=4.0, top_token_share=0.12)
+    degenerate = {"val/agree/h2": 0.9995, "val/acc/h1": 0.125, "val/est_tokens_per_forward": 3.92}
+    edit_runs(sweep, lambda p: p["final_metrics"].update(degenerate) if p["manifest"]["head"] == "parallel" else None)
+    warnings = [line for line in findings_of(sweep) if line.startswith("**Warning:**")]
+    assert warnings == [
+        "**Warning:** head=parallel's horizon-2 agreement is 0.9995 (≥ 0.95) with top-1 accuracy 0.125 against the most frequent "
+        "token's share 0.120: its heads agree because they predict the same frequent token, so its est tokens/forward "
+        "(3.92 ± 0.00) is not a decoding speed."]
+    set_corpus(sweep, unigram_nats_per_token=4.0, top_token_share=0.02)  # accuracy far above the frequent token: no warning
+    assert not any(line.startswith("**Warning:**") for line in findings_of(sweep))
+
+
+def test_every_model_above_the_unigram_entropy_is_flagged(tmp_path):
+    sweep = sweep_of(tmp_path, ["ntp", "parallel"])
+    set_corpus(sweep, unigram_nats_per_token=3.05, top_token_share=0.01)  # ntp 3.005 is below it, parallel 3.105 above
+    warnings = [line for line in findings_of(sweep) if "unigram entropy" in line]
+    assert len(warnings) == 1 and "1 of 2 variants" in warnings[0] and "head=parallel 3.105" in warnings[0]
+    set_corpus(sweep, unigram_nats_per_token=3.5, top_token_share=0.01)
+    assert not any("unigram entropy" in line for line in findings_of(sweep))
+    set_corpus(sweep, unigram_nats_per_token=2.5, top_token_share=0.01)
+    assert any(line.startswith("**Warning:** Every variant still has") for line in findings_of(sweep))
+
+
+def test_heads_that_all_predict_one_token_are_flagged(tmp_path):
+    sweep = sweep_of(tmp_path, ["ntp", "parallel"])
+    collapsed = {**{f"val/top_token/h{k}": 32.0 for k in range(1, 5)}, **{f"val/top_token_share/h{k}": 0.9 for k in range(1, 5)}}
+    edit_runs(sweep, lambda p: p["final_metrics"].update(collapsed) if p["manifest"]["head"] == "parallel" else None)
+    assert ("**Warning:** every head of head=parallel predicts the same token (id 32) in most of its rows (shares h1..h4: "
+            "0.90, 0.90, 0.90, 0.90; test: one id, each share ≥ 0.5).") in findings_of(sweep)
+    edit_runs(sweep, lambda p: p["final_metrics"].update({"val/top_token/h3": 7.0}) if p["manifest"]["head"] == "parallel" else None)
+    assert not any("same token" in line for line in findings_of(sweep))
+
+
+def test_one_seed_makes_no_significance_claim_and_says_so(tmp_path):
+    sweep = sweep_of(tmp_path, ["ntp", "parallel"], seeds=1)
+    found = findings_of(sweep)
+    assert not any("Welch" in line for line in found)
+    assert any(line.startswith("**Warning:** no significance is claimed for head=ntp n = 1, head=parallel n = 1") for line in found)
+    assert not any("no significance" in line for line in findings_of(sweep_of(tmp_path / "two", ["ntp", "parallel"], seeds=2)))

@@ -399,3 +399,28 @@ def test_scaling_report_on_a_two_size_two_variant_sweep(tmp_path):
         assert f"| {size} | head=parallel | {0.21 if size == 'a' else 2.1:.3f} M |" in section
         assert f"| {mean:+.4f} ± {sd:.4f} | 2 |" in section, (size, section)
     assert f"head=parallel: a (0.21 M) {statistics.fmean(deltas['a']):+.4f}" in md
+
+
+def test_history_csv_holds_every_logged_value_in_long_format(fake_sweep):
+    build_sweep_report(fake_sweep)
+    with (fake_sweep / "history.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(rows[0]) == ["job", "variant", "seed", "overrides", "step", "metric", "value"]
+    records = collect_sweep(fake_sweep).records
+    expected = sum(len(series) for record in records for series in record["history"].values())
+    assert len(rows) == expected
+    job4 = {(int(r["step"]), r["metric"]): float(r["value"]) for r in rows if r["job"] == "4"}
+    history = records[4]["history"]
+    assert job4 == {(step, metric): value for metric, series in history.items() for step, value in series}
+    assert {r["variant"] for r in rows if r["job"] == "4"} == {"head=parallel"} and {r["seed"] for r in rows if r["job"] == "4"} == {"1"}
+
+
+def test_runs_csv_has_each_gradient_cosines_mean_over_steps(fake_sweep):
+    build_sweep_report(fake_sweep)
+    with (fake_sweep / "runs.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    parallel = next(r for r in rows if r["job"] == "3")  # K = 4: six pairs, each logged as 0.1 × its second horizon
+    assert {name for name in parallel if name.endswith("/mean_over_steps")} == {
+        f"grad/cos/leaf/h{i}_h{j}/mean_over_steps" for i in range(1, 5) for j in range(i + 1, 5)}
+    assert math.isclose(float(parallel["grad/cos/leaf/h3_h4/mean_over_steps"]), 0.4)
+    assert next(r for r in rows if r["job"] == "0")["grad/cos/leaf/h1_h2/mean_over_steps"] == ""  # ntp: one horizon, no pair

@@ -1,4 +1,4 @@
-"""Build the sweep report: runs.csv, figures/*.png, report.md, report.html (idempotent)."""
+"""Build the sweep report: runs.csv, history.csv, figures/*.png, report.md, report.html (idempotent)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from lab.report.atomic import write_text_atomic
 from lab.report.records import FIGURES_DIR, ReportError, Sweep, collect_sweep
 from lab.report.render import findings, html_page, markdown
 from lab.report.scaling import write_scaling_figures
-from lab.report.table import runs_csv_text, variants
+from lab.report.table import history_csv_text, runs_csv_text, variants
 
 
 @dataclass
@@ -50,6 +50,7 @@ def build_report(sweep: Sweep, out_dir: str | Path, baseline: str | None = None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs_csv = write_text_atomic(out / "runs.csv", runs_csv_text(sweep.records))
+    write_text_atomic(out / "history.csv", history_csv_text(sweep.records))
     figures = write_report_figures(groups, out / FIGURES_DIR) + write_scaling_figures(groups, out / FIGURES_DIR)
     md = write_text_atomic(out / "report.md", markdown(sweep, groups, figures, FIGURES_DIR))
     page = write_text_atomic(out / "report.html", html_page(sweep, groups, figures))

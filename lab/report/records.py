@@ -41,7 +41,7 @@ import yaml
 from lab.report.sweep_plan import read_plan
 
 SWEEP_MARKER = "multirun.yaml"  # written by Hydra's sweeper into every sweep directory
-REPORT_FILES = ("runs.csv", "report.md", "report.html")
+REPORT_FILES = ("runs.csv", "history.csv", "report.md", "report.html")
 FIGURES_DIR = "figures"
 NOT_STARTED = "not started"
 RECORD_FIELDS = ("head", "k", "reduction", "weights", "schedule", "seed")

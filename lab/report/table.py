@@ -51,13 +51,30 @@ def format_cell(value) -> str:
     return str(value)
 
 
+GRAD_COSINE_PREFIX = "grad/cos/"
+OVER_STEPS = "/mean_over_steps"  # runs.csv's gradient-cosine summary: the mean over every logged step of the run
+
+
+def grad_cosine_summary(record: dict) -> dict[str, float]:
+    """{grad/cos/…/mean_over_steps: mean} of every gradient cosine the run logged (DiagnosticsCallbacks)."""
+    out = {}
+    for name, series in record["history"].items():
+        values = [v for _, v in series if finite(v)]
+        if name.startswith(GRAD_COSINE_PREFIX) and values:
+            out[name + OVER_STEPS] = statistics.fmean(values)
+    return out
+
+
 def runs_csv_text(records: list[dict]) -> str:
-    """One row per job (failed ones included): overrides, status, reason, final and per-horizon metrics, run time."""
+    """One row per job (failed ones included): overrides, status, reason, final and per-horizon metrics, run time,
+    and each gradient cosine's mean over the run's steps."""
     metrics = metric_columns(records)
+    summaries = [grad_cosine_summary(record) for record in records]
+    cosines = sorted({name for summary in summaries for name in summary}, key=metric_sort_key)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([*BASE_COLUMNS, *COST_COLUMNS, *metrics])
-    for record in records:
+    writer.writerow([*BASE_COLUMNS, *COST_COLUMNS, *metrics, *cosines])
+    for record, summary in zip(records, summaries):
         row = [
             record["job"], record["run_dir"], " ".join(record["overrides"]), record["status"], record["error"],
             None if record["run_time_s"] is None else round(record["run_time_s"], 3),
@@ -65,7 +82,26 @@ def runs_csv_text(records: list[dict]) -> str:
             *(record.get("cost", {}).get(name) for name in COST_COLUMNS),
         ]
         row += [record["final"].get(name) for name in metrics]
+        row += [summary.get(name) for name in cosines]
         writer.writerow([format_cell(cell) for cell in row])
+    return buffer.getvalue()
+
+
+HISTORY_COLUMNS = ("job", "variant", "seed", "overrides", "step", "metric", "value")
+
+
+def history_csv_text(records: list[dict]) -> str:
+    """history.csv: every logged value of every job in long format (one row per job, step and metric), for users'
+    own plots; `variant` is the report's label, so `groupby(["variant", "step", "metric"])` averages over seeds."""
+    dims = sweep_dimensions(records)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(HISTORY_COLUMNS)
+    for record in records:
+        identity = [record["job"], variant_label(record, dims), record.get("seed"), " ".join(record["overrides"])]
+        for metric in sorted(record["history"], key=metric_sort_key):
+            for step, value in record["history"][metric]:
+                writer.writerow([format_cell(cell) for cell in (*identity, step, metric, value)])
     return buffer.getvalue()
 
 

@@ -167,8 +167,8 @@ def test_analysis_figures_are_deterministic(fake_sweep, tmp_path):
     assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
     first, second = digests(tmp_path / "out0"), digests(tmp_path / "out1")
     assert first == second
-    assert {"table_s4_architectures.png", "table_s5_step_time.png", "fig2_memory.png", "medusa_head_accuracy.png",
-            "deepseek_lambda_effect.png"} <= set(first)
+    assert {"table_s4_architectures.tex", "table_s5_step_time.svg", "fig2_memory.pdf", "medusa_head_accuracy.png",
+            "deepseek_lambda_effect.csv"} <= set(first)
 
 
 def wandb_run(head: str, seed: int, state: str = "finished", **summary) -> dict:

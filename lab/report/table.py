@@ -203,24 +203,24 @@ def mean_spread(values: list[float]) -> tuple[float | None, float | None, int]:
     return mean, spread, len(values)
 
 
-def variants(records: list[dict], baseline: str | None = None) -> list[Variant]:
+def variants(records: list[dict], baseline: str | None = None, field: str = "report.baseline") -> list[Variant]:
     """Jobs grouped by every sweep dimension except the seed, in job order; `baseline`: see `choose_baseline`."""
     dims = sweep_dimensions(records)
     groups: dict[str, Variant] = {}
     for record in records:
         label = variant_label(record, dims)
         groups.setdefault(label, Variant(label)).records.append(record)
-    return choose_baseline(list(groups.values()), baseline)
+    return choose_baseline(list(groups.values()), baseline, field)
 
 
-def choose_baseline(groups: list[Variant], baseline: str | None) -> list[Variant]:
+def choose_baseline(groups: list[Variant], baseline: str | None, field: str = "report.baseline") -> list[Variant]:
     """`baseline` (a variant label, e.g. `head=ntp`) becomes the only baseline; None keeps the heads' own trait
     (ntp), so a sweep without such a variant has no baseline and its report states no differences."""
     if baseline is None:
         return groups
     labels = [v.label for v in groups]
     if baseline not in labels:
-        raise ReportError(f"report.baseline: '{baseline}' is not a variant of this sweep; allowed: {', '.join(labels)}")
+        raise ReportError(f"{field}: '{baseline}' is not a variant of this sweep; allowed: {', '.join(labels)}")
     for variant in groups:
         variant.chosen_baseline = variant.label == baseline
     return groups

@@ -70,6 +70,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         objective=OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None,
         checked=checked,  # head, optim and objective as check_config typed them
     )
+    settle_threads(cfg, module.model, record)  # before data setup, generated rows and caches compute anything
     datamodule.setup("fit")
     check_vocabulary(module.model, datamodule.tokenizer.vocab_size)
     if cfg.get("init_from"):
@@ -133,6 +134,17 @@ def settle_model_dtype(model_cfg: dict, record: RunRecord | None) -> None:
         record.update(model_dtype={"setting": AUTO, "resolved": choice.name, "reason": choice.reason})
 
 
+def settle_threads(cfg: DictConfig, model, record: RunRecord | None) -> None:
+    """`trainer.threads` (auto: by the model's size and the cores free now), applied, said once and recorded."""
+    from lab.training.threads import apply_threads, choose_threads
+
+    choice = choose_threads(cfg.trainer.get("threads", "auto"), sum(p.numel() for p in model.parameters()))
+    apply_threads(choice)
+    if record is not None:
+        print(f"threads: {choice.threads} ({choice.reason})", flush=True)
+        record.update(threads=choice.record())
+
+
 def prepare(cfg: DictConfig, record: RunRecord):
     """Every check, the checkpoint's included, before the run dir is touched: (datamodule, module, ckpt path, its step)."""
     from lab.checkpoint import build_manifest, validate_checkpoint
@@ -163,10 +175,10 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
     log_run_config(loggers, cfg)
     previous_metrics = (Path(cfg.paths.output_dir) / "metrics.csv").exists()
-    if resume_step is not None:
-        keep_csv_history(loggers, resume_step)
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[SafeCheckpointIO()])
     with quiet_csv_overwrite(previous_metrics, resuming=resume_step is not None):
+        if resume_step is not None:  # opens the CSV logger's folder: its "will be deleted" alarm is false on a resume
+            keep_csv_history(loggers, resume_step)
         for logger in loggers:  # wandb's run config and the CSV logger's hparams.yaml carry the model's cost and the head's K and traits
             logger.log_hyperparams({name: record.fields.get(name) for name in LOGGED_RECORD_FIELDS})
         try:
@@ -200,7 +212,7 @@ def instantiate_callbacks(cfg: DictConfig) -> list:
     """The config's callbacks; the progress bar is dropped when the Trainer disables it (Lightning refuses it then)."""
     from pytorch_lightning.callbacks import ProgressBar
 
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]  # null: left out
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     return callbacks

@@ -24,6 +24,7 @@ def test_hand_built_rounds_give_both_per_position_vectors_and_both_means():
     # j=2: offered in the first 5 (a = 0,1,3,2,2): a>=2 in 3 -> 3/5; of the 4 with a>=1 -> 3/4.
     # j=3: offered in the first 4 (a = 0,1,3,2): a>=3 in 1 -> 1/4; of the 2 with a>=2 -> 1/2.
     assert got["accept_by_position"] == pytest.approx([4 / 6, 3 / 5, 1 / 4])
+    assert got["reach_by_position"] == pytest.approx([4 / 6, 3 / 6, 1 / 6])  # of all 6 verification rounds
     assert got["accept_cond_by_position"] == pytest.approx([4 / 6, 3 / 4, 1 / 2])
     assert got["mean_accepted"] == pytest.approx(8 / 6)  # (0+1+3+2+2+0)/6
     assert got["mean_accept_len"] == pytest.approx(1 + 8 / 6)  # with the bonus/correction token: vLLM's and Spec-Bench's tau
@@ -31,10 +32,21 @@ def test_hand_built_rounds_give_both_per_position_vectors_and_both_means():
 
 def test_no_drafts_is_plain_decoding_and_unreached_positions_are_nan():
     plain = acceptance_conventions([0, 0, 0], [0, 0, 0])
-    assert plain == {"accept_by_position": [], "accept_cond_by_position": [], "mean_accepted": 0.0, "mean_accept_len": 1.0}
+    assert plain == {"accept_by_position": [], "reach_by_position": [], "accept_cond_by_position": [], "mean_accepted": 0.0,
+                     "mean_accept_len": 1.0}
     never = acceptance_conventions([1, 1], [0, 0], positions=2)  # position 2 never offered; position 1 never accepted
     assert never["accept_by_position"][0] == 0.0 and never["accept_cond_by_position"][0] == 0.0
     assert all(v != v for v in (never["accept_by_position"][1], never["accept_cond_by_position"][1]))
+
+
+def test_prompt_lookup_rounds_of_varying_length_give_a_non_increasing_prefix_probability():
+    """A 1-gram match drafts 1 token and misses; a long match drafts 5 and all pass (the shape prompt lookup makes)."""
+    proposed, accepted = [1] * 6 + [0] * 3 + [5], [0] * 9 + [5]  # 3 rounds found no match (no drafts: plain steps)
+    got = acceptance_conventions(proposed, accepted)
+    assert got["accept_by_position"][:2] == pytest.approx([1 / 7, 1.0])  # the per-position rate rises: only the long match offers 2
+    assert got["reach_by_position"] == pytest.approx([1 / 7] * 5)  # of the 7 rounds that drafted
+    line = ledger_line({**stats_of(proposed, accepted, positions=5), "tree_nodes": 0})
+    assert "P(prefix>=j): [0.14,0.14,0.14,0.14,0.14]" in line
 
 
 def stats_of(proposed: list[int], accepted: list[int], positions: int = 3) -> dict:

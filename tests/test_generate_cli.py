@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import json
 import os
 import subprocess
@@ -73,7 +74,7 @@ def test_generate_from_checkpoint_run_dir_and_stdin(run_dir, capsysbinary, monke
 
     code, out, err = run(str(run_dir), "--prompt", PROMPT, "--max-new-tokens", "12", "--speculative")
     assert code == 0 and out == first.stdout  # greedy speculative is exact
-    assert b"tokens/forward: " in err and b"accept by position P(prefix>=j): " in err
+    assert b"tokens/forward: " in err and b"P(prefix>=j): " in err and b"same tokens as plain: yes" in err
     code, out, err = run(str(run_dir), "--prompt", PROMPT, "--max-new-tokens", "12", "--speculative", "--tree", "3,2")
     assert code == 0 and out == first.stdout  # a greedy tree is exact too
     assert b"(Fr\xc3\xa9chet)" in err and b"tree nodes/round: " in err
@@ -178,3 +179,16 @@ def test_a_real_run_writes_its_decoding_evaluation(run_dir):
     assert {"decode/accept/p1", "decode/accept_cond/p2", "decode/mean_accept_len", "decode/speedup", "decode/greedy/greedy_match"} <= set(final)
     header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "decode/tokens_per_forward" in header
+
+
+def test_the_cli_prefix_probability_never_rises_with_prompt_lookup_and_speed_is_paired(run_dir, capsysbinary, monkeypatch):
+    prompt = "x = 1\nx = 1\nx ="
+    code, out, err = lab_generate_in_process(capsysbinary, monkeypatch, str(run_dir), "--prompt", prompt, "--max-new-tokens", "12",
+                                             "--speculative", "--ngram", "3,2,1", "--pairs", "2")
+    assert code == 0, err
+    lines = err.decode().splitlines()
+    reach = [float(x) for x in re.search(r"P\(prefix>=j\): \[([^\]]*)\]", err.decode()).group(1).split(",")]
+    assert all(a >= b for a, b in zip(reach, reach[1:])), reach  # per-position rates of rounds drafting j may rise; this may not
+    speed = next(line for line in lines if line.startswith("speed vs plain: "))
+    assert "of 2 paired runs" in speed and "same tokens as plain: yes" in speed  # float32 greedy: exact
+    assert re.search(r"tokens/s: [\d.]+ \(wall\), [\d.]+ \(worker CPU\)", lines[0] if lines[0].startswith("tokens:") else err.decode())

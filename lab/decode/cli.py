@@ -1,8 +1,10 @@
 """`lab-generate CKPT_OR_RUN_DIR_OR_RELEASE --prompt TEXT`: continue a prompt with a trained model.
 
-The continuation goes to stdout; one summary line (tokens, tokens/s, target forwards,
-and with --speculative the runtime ledger) goes to stderr, so `> file` keeps only text; on an MoE
-model --speculative adds a second stderr line, the experts each round touched (lab/inference/moe_ledger.py).
+The continuation goes to stdout; the summary goes to stderr, so `> file` keeps only text: tokens,
+tokens/s on the wall clock and the worker thread's CPU clock (flagged when another process held the
+cores), target forwards; with --speculative the runtime ledger and the speed against plain decoding
+of the same prompt, measured as `decode_speed` measures it (paired runs, lab/decode/compare.py). On an
+MoE model --speculative adds a line, the experts each round touched (lab/inference/moe_ledger.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 
 import torch
 
+from lab.decode.compare import compare_with_plain, plain_options, speed_line
 from lab.decode.generate import generate
 from lab.decode.loading import load_for_generation
 from lab.decode.ngram import DEFAULT_MAX_DRAFT, PromptLookup
@@ -20,6 +23,7 @@ from lab.errors import ConfigError, require
 from lab.inference.ledger import ledger_line
 from lab.inference.moe_ledger import MoELedger
 from lab.inference.moe_ledger import ledger_line as moe_ledger_line
+from lab.training.timing import timed
 
 
 def read_prompt(args) -> str:
@@ -101,6 +105,8 @@ def run(args) -> None:
         raise ConfigError("--top-k", f"must be ≥ 1, got {args.top_k}")
     if args.max_new_tokens < 0:
         raise ConfigError("--max-new-tokens", f"must be ≥ 0, got {args.max_new_tokens}")
+    if args.pairs < 0:
+        raise ConfigError("--pairs", f"must be ≥ 0 (0: no comparison with plain decoding), got {args.pairs}")
     tree = parse_tree(args.tree, args.speculative)
     require(args.draft_vocab is None or args.speculative, "--draft-vocab", "restricts what the heads draft: add --speculative")
     ngram = parse_ngram(args)
@@ -119,21 +125,27 @@ def run(args) -> None:
     if loaded.context is not None and len(ids) > loaded.context:
         raise ConfigError("prompt", f"has {len(ids)} tokens, longer than the model's context of {loaded.context} (data.seq_len)")
     check_context(len(ids), args.max_new_tokens, loaded.context, refuse=args.max_context)
-    generator = torch.Generator().manual_seed(args.seed)
     moe = MoELedger(loaded.model) if args.speculative else None  # an MoE model's experts per round (no hooks on a dense one)
+    options = dict(temperature=args.temperature, top_k=args.top_k, draft_steps=args.draft_steps, eos=loaded.tokenizer.eos_id,
+                   tree=tree, ngram=ngram)
+    prompt = torch.tensor(ids)
     with moe if moe is not None and moe.places else contextlib.nullcontext():
-        out = generate(
-            loaded.model, torch.tensor(ids), args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-            speculative=args.speculative, draft_steps=args.draft_steps, eos=loaded.tokenizer.eos_id, generator=generator, tree=tree,
-            ngram=ngram,
-        )
+        if args.speculative and args.pairs > 0:
+            out, comparison = compare_with_plain(loaded.model, prompt, args.max_new_tokens, options, args.seed, args.pairs)
+            span = comparison.spans[-1]
+        else:
+            generator = torch.Generator().manual_seed(args.seed)
+            out, span = timed(lambda: generate(loaded.model, prompt, args.max_new_tokens, speculative=args.speculative,
+                                               generator=generator, **(options if args.speculative else plain_options(options))))
+            comparison = None
     sys.stdout.write(loaded.tokenizer.decode(out.tokens) + "\n")
     sys.stdout.flush()
     s = out.stats
-    summary = f"tokens: {s['emitted']}  tokens/s: {s['tokens_per_s']:.1f}  target forwards: {s['target_forwards']}"
+    print(f"tokens: {s['emitted']}  {speed_line(span, s['emitted'])}  target forwards: {s['target_forwards']}", file=sys.stderr)
     if args.speculative:
-        summary += "  " + ledger_line(s)
-    print(summary, file=sys.stderr)
+        print(ledger_line(s), file=sys.stderr)
+    if comparison is not None:
+        print(comparison.line(), file=sys.stderr)
     if moe is not None and moe.places:
         print(moe_ledger_line(moe.report(s)), file=sys.stderr)
 
@@ -148,7 +160,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--speculative", action="store_true", help="draft with the MTP heads, verify with the model (exact)")
+    parser.add_argument("--speculative", action="store_true",
+                        help="draft with the MTP heads, verify with the model: exact (greedy: the plain tokens in float32; in bf16 a "
+                             "near-tie of the top two logits may part them); also decodes plainly to measure the speedup (--pairs)")
+    parser.add_argument("--pairs", type=int, default=3,
+                        help="with --speculative: plain and speculative runs back to back, this many times; the speedup is their "
+                             "median, from CPU time when contended (0: no comparison)")
     parser.add_argument("--draft-steps", type=int, default=None, help="drafts per round (default: K-1 heads, or D DeepSeek depths)")
     parser.add_argument("--tree", default=None, help="with --speculative: verify a tree of candidates, widths per draft position (e.g. 4,3,2)")
     parser.add_argument("--ngram", default=None, help="with --speculative: prompt lookup drafts, n-gram lengths tried longest first (e.g. 3,2,1)")

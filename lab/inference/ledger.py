@@ -14,7 +14,12 @@ Acceptance conventions (the field uses both; `acceptance_conventions` gives each
 A round proposes m drafts and accepts a prefix of a ≤ m of them; position j is *offered*
 in a round when m ≥ j.
 
-    accept_by_position[j]       P(a ≥ j | j offered): unconditional, vLLM's per-position rate
+    accept_by_position[j]       P(a ≥ j | j offered): vLLM's per-position rate (accepted ÷ drafted at j)
+    reach_by_position[j]        P(a ≥ j) over every verification round (m ≥ 1): how often the accepted
+                                prefix reaches j. Non-increasing in j for any proposer. With a fixed
+                                draft length it equals the rate above; with a variable one (prompt
+                                lookup drafts only as far as its match goes) the rate above can rise with
+                                j, since only long matches offer far positions, and this one cannot
     accept_cond_by_position[j]  P(a ≥ j | j offered, a ≥ j−1): conditional, vLLM speculators'
     mean_accepted               mean a per verification round (the bonus/correction excluded)
     mean_accept_len             1 + mean_accepted: tokens a verification yields, the bonus or
@@ -58,9 +63,12 @@ def acceptance_conventions(proposed_by_round: list[int], accepted_by_round: list
     rate = lambda hits, total: hits / total if total else float("nan")  # noqa: E731
     unconditional = [rate(sum(a >= j for a in rounds), len(rounds)) for j, rounds in enumerate(offered, start=1)]
     conditional = [rate(sum(a >= j for a in rounds), sum(a >= j - 1 for a in rounds)) for j, rounds in enumerate(offered, start=1)]
+    verified = [a for m, a in zip(proposed_by_round, accepted_by_round) if m >= 1]
+    reach = [rate(sum(a >= j for a in verified), len(verified)) for j in range(1, positions + 1)]
     mean_accepted = _mean(accepted_by_round) if accepted_by_round else 0.0
     return {
         "accept_by_position": unconditional,
+        "reach_by_position": reach,
         "accept_cond_by_position": conditional,
         "mean_accepted": mean_accepted,
         "mean_accept_len": 1.0 + mean_accepted,
@@ -121,7 +129,7 @@ def ledger(stats: dict, plain: dict | None = None) -> dict:
 
 
 # Per-request ratios: not summed; `merge` recomputes the acceptance conventions from the rounds.
-RATES = ("tokens_per_s", "tokens_per_forward", "accept_by_position", "accept_cond_by_position", "mean_accepted", "mean_accept_len",
+RATES = ("tokens_per_s", "tokens_per_forward", "accept_by_position", "reach_by_position", "accept_cond_by_position", "mean_accepted", "mean_accept_len",
          "path_accept", "top1_by_position", "top1_all", "frechet_lower", "frechet_upper")
 
 
@@ -147,12 +155,14 @@ def merge(runs: list[dict]) -> dict:
 
 def ledger_line(stats: dict) -> str:
     led = ledger(stats)
+    reach = ",".join(f"{a:.2f}" for a in led["reach_by_position"])
     accept = ",".join(f"{a:.2f}" for a in led["accept_by_position"])
     conditional = ",".join(f"{a:.2f}" for a in led["accept_cond_by_position"])
     kv = led["kv_bytes"]
     agree = ",".join(f"{a:.2f}" for a in led["top1_by_position"])
     return (
-        f"rounds: {led['rounds']}  tokens/forward: {led['tokens_per_forward']:.2f}  accept by position P(prefix>=j): [{accept}]  "
+        f"rounds: {led['rounds']}  tokens/forward: {led['tokens_per_forward']:.2f}  P(prefix>=j): [{reach}]  "
+        f"accept rate at j of rounds drafting j: [{accept}]  "
         f"P(j | 1..j-1): [{conditional}]  mean accept len (with bonus): {led['mean_accept_len']:.3f}  "
         f"mean R: {led['mean_R']:.3f} (1+accepted: {led['one_plus_mean_accepted']:.3f})  "
         f"draft s/round: {led['draft_s_per_round'] * 1e3:.2f} ms  verify s/round: {led['verify_s_per_round'] * 1e3:.2f} ms  "

@@ -23,6 +23,8 @@ NOISY_WARNINGS = (
 NOISY_LOG_LINES = (
     (r"^💡 Tip: For seamless cloud logging.*litlogger",
      "an advertisement printed by every Trainer"),
+    (r"^(GPU available: False|TPU available: False|HPU available: False)",
+     "every Trainer of every sweep job says the devices it lacks; the run's device is in run.json and the threads line"),
 )
 # (logger, regex on the message, why) for library loggers other than Lightning's.
 NOISY_LIBRARY_LINES = (

@@ -37,6 +37,8 @@ CONFIG_CASES = [
     (["callbacks.decoding.prompts=-1"], "callbacks.decoding.prompts"),
     (["logger.wandb.project=3"], "logger.wandb.project"),
     (["+callbacks.decoding.promts=3"], "callbacks.decoding.promts"),
+    (["trainer.threads=0"], "trainer.threads"),
+    (["trainer.threads=many"], "trainer.threads"),
 ]
 
 # Cases run as a real `lab-train` process (by their first override); the others run in this process.

@@ -19,6 +19,8 @@ NOISY_WARNINGS = (
      "checkpoints are written after the optimizer step on purpose: resume continues from there"),
     (r".*ended before the epoch ended and your dataloader is not resumable.*",
      "the training sampler resumes mid-epoch by the restored step (lab/data/sampler.py)"),
+    (r".*module\(s\) in eval mode at the start of training.*",
+     "a frozen pretrained trunk runs in eval mode on purpose (no dropout; head.trunk_grad=frozen|lora)"),
 )
 NOISY_LOG_LINES = (
     (r"^💡 Tip: For seamless cloud logging.*litlogger",

@@ -7,7 +7,12 @@ with 2 threads and ~1,000 with 1. A small model gains little from a second threa
 machine (its products are too small to split well), so:
 
     auto:    small model (< SMALL_MODEL_PARAMS parameters)  → 1 thread
-             otherwise                                       → the cores free now: cores − load, at least 1
+             otherwise                                       → the cores free now, at least 1
+
+"Free now" is sampled, not read off the load average: over SAMPLE_S seconds, the share of the
+machine's CPU time that other processes used (/proc/stat less this process). The 1-minute load
+average lags: in a sweep it still counts the job that just ended, and would give the next job one
+thread on an idle machine.
     an int:  exactly that many
 
 The choice is made once per run, said in one console line and recorded in run.json (`threads`).
@@ -18,6 +23,7 @@ machine reproduces the idle run's numbers.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 AUTO = "auto"
@@ -53,9 +59,37 @@ def choose_threads(setting, n_parameters: int) -> ThreadChoice:
     if n_parameters < SMALL_MODEL_PARAMS:
         return ThreadChoice(1, AUTO, f"a small model ({n_parameters / 1e6:.2f} M parameters < {SMALL_MODEL_PARAMS / 1e6:g} M) "
                                      "gains little from more, and extra threads wait on each other when the machine is shared")
-    load = os.getloadavg()[0]
-    free = max(1, min(cores, int(cores - load + 0.5)))
-    return ThreadChoice(free, AUTO, f"{free} of {cores} cores free (1-min load {load:.1f})")
+    busy = busy_cores_elsewhere()
+    free = max(1, min(cores, int(cores - busy + 0.5)))
+    return ThreadChoice(free, AUTO, f"{free} of {cores} cores free (other processes busy on {busy:.1f} cores over {SAMPLE_S} s)")
+
+
+SAMPLE_S = 0.3
+
+
+def busy_cores_elsewhere() -> float:
+    """How many cores other processes kept busy over the last SAMPLE_S seconds (the load average where /proc is absent)."""
+    try:
+        before, own_before = machine_jiffies(), own_cpu_s()
+        time.sleep(SAMPLE_S)
+        after, own_after = machine_jiffies(), own_cpu_s()
+    except OSError:
+        return os.getloadavg()[0]
+    busy, total = after[0] - before[0], after[1] - before[1]
+    machine = os.cpu_count() or 1
+    used = busy / total * machine * SAMPLE_S if total else 0.0  # core-seconds over the sample, every process
+    return max(0.0, (used - (own_after - own_before)) / SAMPLE_S)
+
+
+def machine_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine since boot, from /proc/stat's first line."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def own_cpu_s() -> float:
+    return time.process_time()
 
 
 def apply_threads(choice: ThreadChoice) -> None:

@@ -51,6 +51,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.mtp import check_vocabulary, fill_vocab_size
 
     checked = check_config(cfg)
+    settle_threads(cfg, record)  # before anything computes: model conversion, data, generated rows, caches
     if record is not None:
         record.update(**head_fields(checked.head))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run record; stderr stays for errors
@@ -70,7 +71,6 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         objective=OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None,
         checked=checked,  # head, optim and objective as check_config typed them
     )
-    settle_threads(cfg, module.model, record)  # before data setup, generated rows and caches compute anything
     datamodule.setup("fit")
     check_vocabulary(module.model, datamodule.tokenizer.vocab_size)
     if cfg.get("init_from"):
@@ -134,11 +134,11 @@ def settle_model_dtype(model_cfg: dict, record: RunRecord | None) -> None:
         record.update(model_dtype={"setting": AUTO, "resolved": choice.name, "reason": choice.reason})
 
 
-def settle_threads(cfg: DictConfig, model, record: RunRecord | None) -> None:
-    """`trainer.threads` (auto: by the model's size and the cores free now), applied, said once and recorded."""
+def settle_threads(cfg: DictConfig, record: RunRecord | None) -> None:
+    """`trainer.threads` (auto: the cores free now), applied, said once and recorded."""
     from lab.training.threads import apply_threads, choose_threads
 
-    choice = choose_threads(cfg.trainer.get("threads", "auto"), sum(p.numel() for p in model.parameters()))
+    choice = choose_threads(cfg.trainer.get("threads", "auto"))
     apply_threads(choice)
     if record is not None:
         print(f"threads: {choice.threads} ({choice.reason})", flush=True)

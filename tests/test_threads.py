@@ -17,7 +17,7 @@ def test_a_number_wins():
     assert choose_threads(3).threads == 3 and choose_threads(3).reason == "set in trainer.threads"
 
 
-@pytest.mark.parametrize("busy, expected", [(0.0, 2), (0.4, 2), (0.6, 1), (1.7, 1), (2.0, 1)])
+@pytest.mark.parametrize("busy, expected", [(0.0, 2), (0.6, 2), (0.8, 1), (1.7, 1), (2.0, 1)])
 def test_auto_takes_the_free_cores_at_least_one(monkeypatch, busy, expected):
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     monkeypatch.setattr(threads, "busy_cores_elsewhere", lambda: busy)

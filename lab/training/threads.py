@@ -54,11 +54,12 @@ def choose_threads(setting) -> ThreadChoice:
         return ThreadChoice(int(setting), str(setting), "set in trainer.threads")
     cores = usable_cores()
     busy = busy_cores_elsewhere()
-    free = max(1, min(cores, int(cores - busy + 0.5)))
+    free = max(1, min(cores, cores - int(busy + 1 - BUSY_CORE)))  # a core counts as taken from BUSY_CORE of it on
     return ThreadChoice(free, AUTO, f"{free} of {cores} cores free (other processes busy on {busy:.1f} cores over {SAMPLE_S} s)")
 
 
 SAMPLE_S = 0.3
+BUSY_CORE = 0.75  # another process using this share of a core over the sample takes that core (a brief blip does not)
 
 
 def busy_cores_elsewhere() -> float:

@@ -17,8 +17,10 @@ from lab.schema import typed
 class DataConfig:
     """The `data` config group; the defaults match LMDataModule's."""
 
-    source: str = "stdlib"
+    source: str = "auto"  # auto: stdlib without data.path, else the files' format (lab/data/sources.py)
     path: str | list[str] | None = None
+    include: list[str] | None = None  # data.source=files: keep paths (relative to the folder) matching one of these globs
+    exclude: list[str] | None = None  # ... and drop those matching one of these
     name: str | None = None
     config_name: str | None = None
     split: str = "train"
@@ -49,8 +51,19 @@ class DataConfig:
         from lab.data.tokenizers import check_tokenizer_config
 
         require(self.source in SOURCES, "data.source", f"unknown {self.source!r}; allowed: {', '.join(SOURCES)}")
-        if self.source not in ("stdlib", "hub"):
-            object.__setattr__(self, "source", resolve_local_files(self.path, self.source).source)  # auto: the files' format
+        require(self.source not in ("stdlib", "hub") or self.path is None, "data.path",
+                f"is set, but data.source={self.source} reads no local files; leave data.source at auto (or files, text, "
+                f"json, jsonl, parquet) to read {self.path!r}, or drop data.path")
+        for field in ("include", "exclude"):
+            value = getattr(self, field)
+            require(value is None or (isinstance(value, (list, tuple)) and all(isinstance(g, str) and g for g in value)),
+                    f"data.{field}", f"must be a list of globs (e.g. ['*.py']) or null, got {value!r}")
+        if self.source == "auto" and self.path is None:
+            object.__setattr__(self, "source", "stdlib")  # the embedded corpus
+        if self.source not in ("stdlib", "hub"):  # auto: the files' format
+            object.__setattr__(self, "source", resolve_local_files(self.path, self.source, self.include, self.exclude).source)
+        require(self.source == "files" or (self.include is None and self.exclude is None), "data.include",
+                f"filters the files of data.source=files (one document per file); data.source={self.source} reads records")
         if self.source == "hub":
             require(isinstance(self.name, str) and self.name != "", "data.name", "the hub source needs a dataset name")
             require(isinstance(self.split, str) and self.split != "", "data.split", f"must be a split name, got {self.split!r}")

@@ -68,8 +68,10 @@ class LMDataModule(RowsDataModule):
 
     def __init__(
         self,
-        source: str = "stdlib",
+        source: str = "auto",
         path: str | list[str] | None = None,
+        include: list[str] | None = None,
+        exclude: list[str] | None = None,
         name: str | None = None,
         config_name: str | None = None,
         split: str = "train",
@@ -128,6 +130,8 @@ class LMDataModule(RowsDataModule):
             min_doc_chars=config.min_doc_chars,
             cache_dir=self.cache_dir,
             streaming=config.streaming,
+            include=config.include,
+            exclude=config.exclude,
         )
         if not config.streaming:
             require_both_splits(len(corpus.train), len(corpus.val), config.val_fraction)

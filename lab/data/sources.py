@@ -1,9 +1,17 @@
 """Text corpora as Hugging Face `Dataset`s with one `text` column, split into train/val.
 
-Sources: `stdlib` (the running interpreter's standard-library `.py` files, one document
-per file), local `text` / `json` / `jsonl` / `parquet` files (`auto`: the format named by
-the extensions of the files, folders and globs in `data.path`), and `hub` (a dataset name,
-subset, split and revision passed to `datasets.load_dataset`).
+Sources, and what each makes a document of:
+
+- `stdlib`: the running interpreter's standard-library `.py` files, one document per file;
+- `files`: the files of `data.path` (a folder, a glob or a list), one document per file, any
+  extension; UTF-8 text only (a file with a NUL byte or invalid UTF-8 is skipped and counted);
+  `data.include` / `data.exclude` filter the paths relative to the folder by glob;
+- `text`: one document per line; `json` / `jsonl` / `parquet`: one per record's `text_field`;
+- `hub`: a dataset name, subset, split and revision passed to `datasets.load_dataset`.
+
+`auto` (the default) is `stdlib` without a `data.path`; with one it is the structured format the
+extensions name when every file has one (.json, .jsonl, .parquet; .txt given file by file: text),
+else `files`. So `data.path=<folder of .py>` reads one document per file.
 
 Selection rules, shared by every source, so that a corpus is a pure function of its
 inputs:
@@ -13,7 +21,7 @@ inputs:
    "random" subset that does not depend on file order);
 3. a document goes to val when `int(sha1(key)) % 1000 < val_fraction * 1000`.
 
-The key is the relative path for stdlib (so renaming nothing moves nothing) and the
+The key is the relative path for stdlib and files (so renaming nothing moves nothing) and the
 document text for every other source (so duplicated documents land in the same split
 and never leak from train into val). The split does not depend on `seed`: seeds vary
 the training order, not the data. Corner case: with at least two documents, train and
@@ -30,6 +38,7 @@ the dataset name, subset, split and revision instead.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import glob
 import hashlib
 import importlib.util
@@ -48,8 +57,9 @@ import pyarrow as pa
 from lab.data.diagnose import diagnose
 from lab.errors import ConfigError, require
 
-SOURCES = ("auto", "stdlib", "text", "json", "jsonl", "parquet", "hub")
-LOCAL_SOURCES = ("text", "json", "jsonl", "parquet")
+SOURCES = ("auto", "stdlib", "files", "text", "json", "jsonl", "parquet", "hub")
+LOCAL_SOURCES = ("files", "text", "json", "jsonl", "parquet")
+STRUCTURED = ("json", "jsonl", "parquet")  # formats `auto` takes from the extensions (one document per record)
 # jsonl has no builder of its own: the json builder reads JSON Lines.
 _BUILDER = {"text": "text", "json": "json", "jsonl": "json", "parquet": "parquet"}
 # `data.source=auto` reads the format from the file name; `datasets` (through fsspec)
@@ -124,6 +134,8 @@ def load_corpus(
     min_doc_chars: int = 1,
     cache_dir: str | os.PathLike | None = None,
     streaming: bool = False,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
 ) -> Corpus:
     """Load, filter, subset and split a corpus. Raises ConfigError on bad input or an empty corpus.
 
@@ -132,6 +144,8 @@ def load_corpus(
     """
     selection = _Selection(min_doc_chars=min_doc_chars, max_docs=max_docs, val_fraction=val_fraction)
     check_streaming_selection(source, streaming, max_docs)
+    if source == "auto" and path is None:
+        source = "stdlib"
     if source == "stdlib":
         corpus = _load_stdlib(selection)
         if not streaming:
@@ -141,7 +155,9 @@ def load_corpus(
         require(bool(name), "data.name", "the hub source needs a dataset name")
         hub = HubDataset(name=name, config_name=config_name, split=split, revision=revision)
         return _load_hub(hub, text_field, selection, cache_dir, streaming)
-    local = resolve_local_files(path, source)
+    local = resolve_local_files(path, source, include, exclude)
+    if local.source == "files":
+        return _load_files(local, selection, streaming)
     return _load_local(local, text_field, selection, cache_dir, streaming)
 
 
@@ -154,11 +170,13 @@ def check_streaming_selection(source: str, streaming: bool, max_docs: int | None
     )
 
 
-def resolve_local_files(path, source: str = "auto") -> LocalFiles:
+def resolve_local_files(path, source: str = "auto", include: list[str] | None = None, exclude: list[str] | None = None) -> LocalFiles:
     """`data.path` (a file, folder or glob, or a list of them) as files of one format.
 
-    `source="auto"` infers the format from the extensions and refuses a mix; an explicit
-    local source reads every file with its builder. Hidden files in folders are skipped.
+    `source="auto"`: a structured format (json, jsonl, parquet) when every file's extension names the same
+    one, text when every entry is a .txt file named directly, else `files` (one document per file). An
+    explicit local source reads every file with its builder. Hidden files in folders are skipped;
+    `include` / `exclude` filter paths relative to their folder by glob (fnmatch).
     """
     require(
         source == "auto" or source in LOCAL_SOURCES,
@@ -171,17 +189,47 @@ def resolve_local_files(path, source: str = "auto") -> LocalFiles:
     files: list[Path] = []
     for entry in entries:
         files += _expand(os.path.expanduser(str(entry)))
-    files = list(dict.fromkeys(files))  # a file named twice (a glob and a list) is read once
+    files = filter_paths(list(dict.fromkeys(files)), include, exclude)  # a file named twice (a glob and a list) is read once
     for file in files:  # datasets' builders answer an empty file with "DatasetGenerationError: An error occurred ..."
-        require(file.stat().st_size > 0, "data.path", f"{file} is empty (0 bytes); give a file with at least one document")
+        require(file.stat().st_size > 0 or source in ("auto", "files"), "data.path",
+                f"{file} is empty (0 bytes); give a file with at least one document")
     if source != "auto":
         return LocalFiles(source, tuple(files))
-    formats = {file: format_of(file) for file in files}
-    found = sorted(set(formats.values()))
-    if len(found) > 1:
-        examples = ", ".join(f"{kind}: {next(f.name for f in files if formats[f] == kind)}" for kind in found)
-        raise ConfigError("data.path", f"mixed formats ({examples}); give files of one format, or set data.source")
-    return LocalFiles(found[0], tuple(files))
+    return LocalFiles(auto_format(files, entries), tuple(files))
+
+
+def auto_format(files: list[Path], entries: list) -> str:
+    """`data.source=auto` with a path: the one structured format every file names, text for .txt files named one by
+    one, else `files` (a folder of code, prose or mixed extensions: one document per file)."""
+    formats = {file: extension_format(file) for file in files}
+    found = sorted(set(formats.values()) - {None})
+    if len(found) == 1 and None not in formats.values() and found[0] in STRUCTURED:
+        for file in files:
+            format_of(file)  # refuses a compressed parquet
+        return found[0]
+    if found == ["text"] and None not in formats.values() and all(Path(os.path.expanduser(str(e))).is_file() for e in entries):
+        return "text"
+    return "files"
+
+
+def filter_paths(files: list[Path], include: list[str] | None, exclude: list[str] | None) -> list[Path]:
+    """Files whose path relative to their common folder matches an `include` glob (all when None) and no `exclude` glob."""
+    if not include and not exclude:
+        return files
+    root = Path(os.path.commonpath([f.parent for f in files])) if files else Path(".")
+    relative = {f: f.relative_to(root).as_posix() for f in files}
+    kept = [f for f in files if (not include or any(fnmatch.fnmatch(relative[f], g) or fnmatch.fnmatch(f.name, g) for g in include))
+            and not any(fnmatch.fnmatch(relative[f], g) or fnmatch.fnmatch(f.name, g) for g in exclude or ())]
+    require(bool(kept), "data.include", f"no file of data.path is left by include={include} exclude={exclude} ({len(files)} files before)")
+    return kept
+
+
+def extension_format(file: Path) -> str | None:
+    """The format a file's extension names (compression suffixes aside), or None."""
+    suffixes = [s.lower() for s in file.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSIONS:
+        suffixes.pop()
+    return FORMAT_OF_EXTENSION.get(suffixes[-1]) if suffixes else None
 
 
 def _expand(entry: str) -> list[Path]:
@@ -271,6 +319,46 @@ def _read_utf8(file: Path) -> str | None:
         return file.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError):
         return None
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def read_text_file(file: Path) -> str | None:
+    """A file's text when it is UTF-8 text (no NUL byte, valid UTF-8), else None (binary or another encoding)."""
+    data = file.read_bytes()
+    if b"\x00" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _load_files(local: LocalFiles, selection: _Selection, streaming: bool) -> Corpus:
+    """One document per file, keyed (selection, split) by its path relative to the files' common folder, like stdlib."""
+    texts, skipped = {}, []
+    for name, file in zip(local.names(), local.files):
+        text = read_text_file(file)
+        if text is None:
+            skipped.append(name)
+        elif len(text) >= selection.min_doc_chars:
+            texts[name] = text
+    if not texts and skipped:
+        raise ConfigError("data.path", f"none of its {len(skipped)} files is UTF-8 text (binary or another encoding, "
+                                       f"e.g. {skipped[0]}); nothing to train on")
+    chosen = sorted(texts, key=_selection_hash)[: selection.max_docs] if selection.max_docs is not None else list(texts)
+    keys = sorted(chosen)
+    _require_nonempty(len(keys), selection)
+    if skipped:
+        print(f"data.path: {len(keys)} documents from {len(local.files)} files; skipped {len(skipped)} that are not UTF-8 text "
+              f"(binary or another encoding, e.g. {skipped[0]})", file=sys.stderr, flush=True)
+    train_idx, val_idx = _split_indices(keys, selection.val_fraction)
+    train = datasets.Dataset.from_dict({"text": [texts[keys[i]] for i in train_idx]})
+    val = datasets.Dataset.from_dict({"text": [texts[keys[i]] for i in val_idx]})
+    if streaming:
+        train, val = train.to_iterable_dataset(), val.to_iterable_dataset()
+    return Corpus(train=train, val=val, fingerprint=local_fingerprint(local, "files", selection.as_dict()), source="files")
 
 
 # ---------------------------------------------------------------------- local / hub

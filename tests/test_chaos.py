@@ -38,7 +38,7 @@ from tests.cli import FIXED_DECODING, SUBPROCESS_TIMEOUT, TINY, cli_env, read_ru
 STEPS, EVERY, VAL_EVERY = 12, 2, 4  # checkpoints at 2, 4, ..., validations after steps 4, 8, 12
 # (point, global step): the point's step, then where the next attempt resumes from.
 KILLS = [("batch_end", 3), ("validation", 4), ("checkpoint_write", 6), ("batch_start", 6), ("train_end", 12)]
-KILLED_JOB = "1-ntp-k1"  # <job num>-<run_name>: the second job of the sweep
+KILLED_JOB = "1-seed:1"  # <job num>-<the settings that vary> (lab/run/job_folder.py): the second job of the sweep
 WALL_CLOCK_HEADERS = ("time", "tokens/s", "CPU-s", "CPU share", "contended")  # columns that measure the machine
 SPEED_FINDINGS = ("Speeds taken under contention", "No speed was taken under contention", "Fastest speculative decoding",
                   "No variant is ranked by decoding speed")  # findings on measured speed: which appear depends on the machine
@@ -119,7 +119,7 @@ def test_killed_refused_and_finished_resumes_leave_the_sweep_records_of_an_unint
     original_overrides = (job / ".hydra" / "overrides.yaml").read_text()
     listed = {r["job"]: r for r in collect_sweep(b).records}
     assert listed[1]["status"] == "interrupted" and "last logged step" in listed[1]["error"], listed[1]["error"]
-    assert listed[2]["status"] == "not started" and listed[2]["overrides"][-1] == "seed=2" and not (b / "2-ntp-k1").exists()
+    assert listed[2]["status"] == "not started" and listed[2]["overrides"][-1] == "seed=2" and not (b / "2-seed:2").exists()
     assert read_run(job)["status"] == "running" and read_run(job)["pid"] and read_run(job)["host"]
 
     for point, step in KILLS[1:]:
@@ -146,7 +146,7 @@ def test_killed_refused_and_finished_resumes_leave_the_sweep_records_of_an_unint
     assert csv_rows((b / "runs.csv").read_text()) == csv_rows((a / "runs.csv").read_text()), row_differences(
         csv_rows((b / "runs.csv").read_text()), csv_rows((a / "runs.csv").read_text()))
     assert report_text(b) == report_text(a)
-    for name in ("0-ntp-k1", KILLED_JOB, "2-ntp-k1"):
+    for name in ("0-seed:0", KILLED_JOB, "2-seed:2"):
         rows, reference_rows = csv_rows((b / name / "metrics.csv").read_text()), csv_rows((a / name / "metrics.csv").read_text())
         assert rows == reference_rows, (name, row_differences(rows, reference_rows))
     assert not [p for p in b.rglob("*") if p.name.endswith((".partial", ".staged"))]
@@ -192,7 +192,7 @@ def test_a_sigkilled_joblib_sweep_leaves_no_worker_or_resource_tracker_behind(tm
     for line in left:
         os.kill(int(line.split()[0]), signal.SIGKILL)
     assert not left, left
-    statuses = {job.name: read_run(job)["status"] for job in sweep_dir.glob("*-ntp-k1")}
+    statuses = {job.name: read_run(job)["status"] for job in sweep_dir.glob("*-seed:*")}
     assert statuses and set(statuses.values()) == {"interrupted"}, statuses
 
 

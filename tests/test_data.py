@@ -459,8 +459,6 @@ def test_folders_globs_and_lists_of_one_format(tmp_path):
 @pytest.mark.parametrize(
     "files, message",
     [
-        (["a.jsonl", "b.txt"], "mixed formats (jsonl: a.jsonl, text: b.txt)"),
-        (["a.csv"], "cannot infer the format of a.csv"),
         (["a.parquet.gz"], "parquet compresses internally"),
         ([], "holds no files"),
     ],

@@ -32,10 +32,10 @@ def test_a_grid_without_head_k_or_with_an_explicit_depth_is_left_as_given():
 
 def test_a_job_folder_names_the_settings_that_vary():
     jobs = [["head=parallel", "head.k=4", "seed=0", "data.path=/a b/c"], ["head=parallel", "head.k=2", "seed=0", "data.path=/d"]]
-    assert job_settings(jobs[0], jobs) == "k=4,path=_a_b_c"  # head and seed are the same in every job
+    assert job_settings(jobs[0], jobs) == "k:4+path:_a_b_c"  # head and seed are the same in every job
     assert job_settings(["seed=1"], [["seed=1"]]) is None  # nothing varies: the run name stays
     clash = [["model.n_layers=2", "head.n_layers=1"], ["model.n_layers=4", "head.n_layers=2"]]
-    assert job_settings(clash[0], clash) == "model.n_layers=2,head.n_layers=1"  # one short name for two keys: the full keys
+    assert job_settings(clash[0], clash) == "model.n_layers:2+head.n_layers:1"  # one short name for two keys: the full keys
 
 
 def test_the_obvious_grid_runs_and_its_report_groups_variants_by_seed(tmp_path, cache_dir):
@@ -46,8 +46,8 @@ def test_the_obvious_grid_runs_and_its_report_groups_variants_by_seed(tmp_path, 
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sweep plan: 6 jobs" in result.stderr
     folders = sorted(p.name for p in sweep.iterdir() if (p / "run.json").exists())
-    assert folders == ["0-head=ntp,seed=0", "1-head=ntp,seed=1", "2-head=deepseek,k=2,seed=0,depth=1", "3-head=deepseek,k=2,seed=1,depth=1",
-                       "4-head=deepseek,k=3,seed=0,depth=2", "5-head=deepseek,k=3,seed=1,depth=2"]
+    assert folders == ["0-head:ntp+seed:0", "1-head:ntp+seed:1", "2-head:deepseek+k:2+seed:0+depth:1", "3-head:deepseek+k:2+seed:1+depth:1",
+                       "4-head:deepseek+k:3+seed:0+depth:2", "5-head:deepseek+k:3+seed:1+depth:2"]
     with (sweep / "runs.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["head"], r["k"], r["status"]) for r in rows] == [("ntp", "1", "ok")] * 2 + [("deepseek", "2", "ok")] * 2 + [("deepseek", "3", "ok")] * 2

@@ -49,7 +49,7 @@ def test_the_reference_solution_passes_and_an_empty_body_fails(index):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, cache_dir):
     root = tmp_path_factory.mktemp("eval")
-    result = lab_train(*TINY, "callbacks.decoding=null", f"hydra.run.dir={root / 'run'}", cache_dir=cache_dir, cwd=root)
+    result = lab_train(*TINY, "head=parallel", "head.k=2", "callbacks.decoding=null", f"hydra.run.dir={root / 'run'}", cache_dir=cache_dir, cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "run"
 

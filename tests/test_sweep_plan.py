@@ -41,4 +41,4 @@ def test_planned_jobs_without_a_folder_are_listed_not_started_and_lab_resume_wou
                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert f"0 unfinished or failed job(s) in {sweep}; 2 not started" in dry.stdout
-    assert f"hydra.run.dir={sweep.resolve()}/1-linear-k1" in dry.stdout and "hydra.job.num=1" in dry.stdout, dry.stdout
+    assert f"hydra.run.dir={sweep.resolve()}/1-head:linear" in dry.stdout and "hydra.job.num=1" in dry.stdout, dry.stdout  # as the grid sweeper names it

@@ -103,10 +103,12 @@ class LocalFiles:
 
     source: str
     files: tuple[Path, ...]
+    root: Path | None = None  # the folder names are relative to (default: the files' common folder)
 
     def names(self) -> list[str]:
-        """Paths relative to the files' common folder: what the fingerprint hashes, so a moved corpus is the same."""
-        root = Path(os.path.commonpath([f.parent for f in self.files]))
+        """Paths relative to `root`: what the fingerprint hashes (a moved corpus is the same) and, for data.source=files,
+        the key of the train/validation split (data.include / exclude do not move a file's key)."""
+        root = self.root or Path(os.path.commonpath([f.parent for f in self.files]))
         return [f.relative_to(root).as_posix() for f in self.files]
 
 
@@ -189,13 +191,15 @@ def resolve_local_files(path, source: str = "auto", include: list[str] | None = 
     files: list[Path] = []
     for entry in entries:
         files += _expand(os.path.expanduser(str(entry)))
-    files = filter_paths(list(dict.fromkeys(files)), include, exclude)  # a file named twice (a glob and a list) is read once
+    files = list(dict.fromkeys(files))  # a file named twice (a glob and a list) is read once
+    root = Path(os.path.commonpath([f.parent for f in files])) if files else None  # before filtering: keys stay put
+    files = filter_paths(files, include, exclude, root)
     for file in files:  # datasets' builders answer an empty file with "DatasetGenerationError: An error occurred ..."
         require(file.stat().st_size > 0 or source in ("auto", "files"), "data.path",
                 f"{file} is empty (0 bytes); give a file with at least one document")
     if source != "auto":
-        return LocalFiles(source, tuple(files))
-    return LocalFiles(auto_format(files, entries), tuple(files))
+        return LocalFiles(source, tuple(files), root)
+    return LocalFiles(auto_format(files, entries), tuple(files), root)
 
 
 def auto_format(files: list[Path], entries: list) -> str:
@@ -212,11 +216,10 @@ def auto_format(files: list[Path], entries: list) -> str:
     return "files"
 
 
-def filter_paths(files: list[Path], include: list[str] | None, exclude: list[str] | None) -> list[Path]:
-    """Files whose path relative to their common folder matches an `include` glob (all when None) and no `exclude` glob."""
+def filter_paths(files: list[Path], include: list[str] | None, exclude: list[str] | None, root: Path | None) -> list[Path]:
+    """Files whose path relative to `root` (their common folder) matches an `include` glob (all when None) and no `exclude` glob."""
     if not include and not exclude:
         return files
-    root = Path(os.path.commonpath([f.parent for f in files])) if files else Path(".")
     relative = {f: f.relative_to(root).as_posix() for f in files}
     kept = [f for f in files if (not include or any(fnmatch.fnmatch(relative[f], g) or fnmatch.fnmatch(f.name, g) for g in include))
             and not any(fnmatch.fnmatch(relative[f], g) or fnmatch.fnmatch(f.name, g) for g in exclude or ())]

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 PLAN_NAME = "sweep_plan.json"
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 # lab.run.grid_sweeper.GridSweeper expands like the basic sweeper; it then rewrites the plan with its mapped jobs.
-SWEEPERS_EXPANDED_HERE = (BASIC_SWEEPER, "lab.run.grid_sweeper.GridSweeper")
+SWEEPERS_EXPANDED_HERE = (BASIC_SWEEPER, "hydra_plugins.mtp_lab.grid_sweeper.GridSweeper")
 
 
 def planned_jobs(config: DictConfig) -> list[list[str]] | None:

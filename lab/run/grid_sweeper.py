@@ -19,7 +19,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from lab.report.sweep_plan import write_plan
 from lab.run.job_folder import job_settings
 
-GRID_SWEEPER = "lab.run.grid_sweeper.GridSweeper"
+GRID_SWEEPER = "hydra_plugins.mtp_lab.grid_sweeper.GridSweeper"  # Hydra takes sweepers from hydra_plugins only
 
 
 def key_of(override: str) -> str:

@@ -80,7 +80,8 @@ def local_corpus_files(data: dict) -> list[Path]:
     if data.get("source") in (None, "stdlib", "hub") or data.get("path") is None:
         return []
     paths = [data["path"]] if isinstance(data["path"], (str, os.PathLike)) else list(data["path"])
-    return [Path(os.path.expanduser(str(p))) for p in paths]
+    paths = [Path(os.path.expanduser(str(p))) for p in paths]
+    return [p for p in paths if not p.is_dir()]  # a folder's files are read by the corpus loader, which names a bad one
 
 
 def check_paths(cfg: DictConfig) -> None:

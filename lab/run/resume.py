@@ -70,9 +70,13 @@ def sweep_cwd(sweep_dir: Path) -> str | None:
 def start_argv(job: dict, sweep_dir: Path) -> list[str]:
     """A planned job that never ran: its overrides, as one RUN-mode job in the folder the sweep would have given it."""
     from lab.config.preflight import compose
+    from lab.report.sweep_plan import read_plan
+    from lab.run.job_folder import job_settings
 
     number = [f"hydra.job.num={job['job']}"]
-    subdir = OmegaConf.select(compose(CONF_DIR, [*job["overrides"], *number], with_hydra=True), "hydra.sweep.subdir")
+    settings = job_settings(job["overrides"], [planned["overrides"] for planned in read_plan(sweep_dir)])  # as the grid sweeper names it
+    subdir = f"{job['job']}-{settings}" if settings is not None else \
+        OmegaConf.select(compose(CONF_DIR, [*job["overrides"], *number], with_hydra=True), "hydra.sweep.subdir")
     job_dir = sweep_dir.resolve() / str(subdir)
     return [*job["overrides"], "hydra.mode=RUN", f"hydra.run.dir={job_dir}", f"hydra.sweep.dir={sweep_dir.resolve()}", *number]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from lab.report.sweep_plan import planned_jobs, read_plan
-from lab.tracking.console import duration
 
 
 class SweepProgress(Callback):
@@ -47,7 +47,7 @@ class SweepProgress(Callback):
         took = time.monotonic() - self.job_started
         self.finished.append(took)
         self.job_started = None
-        print(f"{self.job_name(config)}: done in {duration(took)}", file=sys.stderr, flush=True)
+        print(f"{self.job_name(config)}: done in {clock(took)}", file=sys.stderr, flush=True)
 
     def job_name(self, config: DictConfig) -> str:
         number = int(config.hydra.job.num) + 1
@@ -57,8 +57,13 @@ class SweepProgress(Callback):
     def eta(self) -> str:
         if self.started is None:
             return ""
-        text = f" · {duration(time.monotonic() - self.started)} into the sweep"
+        text = f" · {clock(time.monotonic() - self.started)} into the sweep"
         if self.finished and self.total:
             left = self.total - len(self.finished)
-            text += f" · ETA {duration(left * sum(self.finished) / len(self.finished))}"
+            text += f" · ETA {clock(left * sum(self.finished) / len(self.finished))}"
         return text
+
+
+def clock(seconds: float) -> str:
+    """83.4 → '0:01:23'."""
+    return str(timedelta(seconds=round(seconds)))

@@ -186,6 +186,8 @@ def resolve_local_files(path, source: str = "auto", include: list[str] | None = 
         f"unknown {source!r}; allowed: {', '.join(SOURCES)}",
     )
     require(path is not None, "data.path", "local sources need a file, folder or glob, or a list of them")
+    require(isinstance(path, (str, os.PathLike)) or (isinstance(path, (list, tuple)) and all(isinstance(p, (str, os.PathLike)) for p in path)),
+            "data.path", f"must be a file, folder or glob (a string) or a list of them, got {path!r}")
     entries = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     require(len(entries) > 0, "data.path", "local sources need a file, folder or glob, or a list of them; got an empty list")
     files: list[Path] = []

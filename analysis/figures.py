@@ -249,7 +249,7 @@ def grad_cosine_over_training(paper: Paper, out: Path):
             ax.legend(fontsize=6, ncol=2)
         for index in range(len(panels), axes.size):
             axes[index // axes.shape[1]][index % axes.shape[1]].axis("off")
-        fig.suptitle("Gradient cosine between horizons over training (mean over seeds)")
+        fig.suptitle("Gradient cosine between horizons over training (mean over seeds)", y=1.01)  # above the panel titles
         return figure_files(fig, out, "grad_cosine_over_training", ["variant", "parameter group", "pair", "step", "cosine"], data)
 
 
@@ -275,7 +275,7 @@ def horizon_accuracy_over_training(paper: Paper, out: Path):
                 ax.set_title(short(f"{v.label}: {what}", 48), fontsize=8)
                 ax.set_xlabel("step")
                 ax.legend(fontsize=6, ncol=2)
-        fig.suptitle("Per-horizon accuracy and draft agreement over training (mean over seeds)")
+        fig.suptitle("Per-horizon accuracy and draft agreement over training (mean over seeds)", y=1.01)
         return figure_files(fig, out, "horizon_accuracy_over_training", ["variant", "metric", "horizon", "step", "value"], data)
 
 
@@ -296,7 +296,8 @@ def quality_vs_cost(paper: Paper, out: Path):
                                 label=short(v.label, LABEL_WIDTH))
             ax.set_xlabel(label)
             ax.set_ylabel("val next-token loss (nats)")
-            ax.set_xlim(left=0)
+            xs = [v.cost(name) * scale for v in rows if v.cost(name)]
+            ax.set_xlim(0, 1.1 * max(xs) if xs else 1)  # from zero, every point inside
             if not ax.lines:
                 ax.text(0.5, 0.5, f"{name}: not recorded", transform=ax.transAxes, ha="center")
         legend_axis = axes[0][1] if axes[0][1].lines else axes[0][0]

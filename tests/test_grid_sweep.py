@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 
 from lab.run.grid_sweeper import map_grid
 from lab.run.job_folder import job_settings
@@ -38,19 +39,36 @@ def test_a_job_folder_names_the_settings_that_vary():
     assert job_settings(clash[0], clash) == "model.n_layers:2+head.n_layers:1"  # one short name for two keys: the full keys
 
 
-def test_the_obvious_grid_runs_and_its_report_groups_variants_by_seed(tmp_path, cache_dir):
+def test_the_new_user_flow_a_folder_of_code_and_the_3x2x2_grid_with_humaneval_at_the_end(tmp_path, cache_dir):
+    """Own code (a folder of .py, no converter), `head=ntp,parallel,deepseek head.k=2,4 seed=0,1` (no YAML written):
+    10 jobs (ntp deduplicated), 5 variants × 2 seeds in the report, and each job's HumanEval in runs.csv and the report."""
+    code = tmp_path / "code"
+    for i in range(12):
+        (code / "pkg").mkdir(parents=True, exist_ok=True)
+        (code / "pkg" / f"mod{i}.py").write_text(f"def f{i}(x):\n    return x * {i} + {i * i}\n")
     sweep = tmp_path / "sweep"
-    overrides = [o for o in TINY if not o.startswith("trainer.max_steps")]
-    result = lab_train("-m", "head=ntp,deepseek", "head.k=2,3", "seed=0,1", *overrides, "trainer.max_steps=3",
-                       "callbacks.decoding=null", f"hydra.sweep.dir={sweep}", cache_dir=cache_dir, cwd=tmp_path)
+    overrides = [o for o in TINY if not o.startswith(("trainer.max_steps", "data.max_docs"))]
+    result = lab_train("-m", "head=ntp,parallel,deepseek", "head.k=2,4", "seed=0,1", *overrides, "trainer.max_steps=2",
+                       f"data.path={code}", "data.val_fraction=0.25", "callbacks.decoding=null", "callbacks.humaneval.problems=1",
+                       "callbacks.humaneval.max_new_tokens=4", f"hydra.sweep.dir={sweep}", cache_dir=cache_dir, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "sweep plan: 6 jobs" in result.stderr
-    folders = sorted(p.name for p in sweep.iterdir() if (p / "run.json").exists())
-    assert folders == ["0-head:ntp+seed:0", "1-head:ntp+seed:1", "2-head:deepseek+k:2+seed:0+depth:1", "3-head:deepseek+k:2+seed:1+depth:1",
-                       "4-head:deepseek+k:3+seed:0+depth:2", "5-head:deepseek+k:3+seed:1+depth:2"]
+    assert "sweep plan: 10 jobs" in result.stderr
+    folders = sorted((p.name for p in sweep.iterdir() if (p / "run.json").exists()), key=lambda name: int(name.split("-")[0]))
+    assert folders == ["0-head:ntp+seed:0", "1-head:ntp+seed:1", "2-head:parallel+k:2+seed:0", "3-head:parallel+k:2+seed:1",
+                       "4-head:parallel+k:4+seed:0", "5-head:parallel+k:4+seed:1", "6-head:deepseek+k:2+seed:0+depth:1",
+                       "7-head:deepseek+k:2+seed:1+depth:1", "8-head:deepseek+k:4+seed:0+depth:3", "9-head:deepseek+k:4+seed:1+depth:3"]
     with (sweep / "runs.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert [(r["head"], r["k"], r["status"]) for r in rows] == [("ntp", "1", "ok")] * 2 + [("deepseek", "2", "ok")] * 2 + [("deepseek", "3", "ok")] * 2
-    table = (sweep / "report.md").read_text().split("## Variants")[1].split("\n## ")[0]
-    assert sum(line.startswith("| head=") for line in table.splitlines()) == 3  # ntp, deepseek k=2, deepseek k=3: 2 seeds each
-    assert "| 2 / 2 |" in table
+    assert [(r["head"], r["k"], r["status"]) for r in rows] == [
+        (head, k, "ok") for head, k in [("ntp", "1"), ("parallel", "2"), ("parallel", "4"), ("deepseek", "2"), ("deepseek", "4")] for _ in "ab"]
+    for folder in folders:  # every job trained on the folder's 12 files, not on the stdlib
+        stats = json.loads((sweep / folder / "run.json").read_text())["corpus_stats"]
+        assert stats["n_docs_train"] + stats["n_docs_val"] == 12
+    assert all(r["eval/humaneval/pass@1"] == "0.0" and r["eval/humaneval/problems"] == "1.0" for r in rows)  # a toy: 0 is its answer
+    report = (sweep / "report.md").read_text()
+    table = report.split("## Variants")[1].split("\n## ")[0]
+    assert sum(line.startswith("| head=") for line in table.splitlines()) == 5 and table.count("| 2 / 2 |") == 5
+    humaneval = report.split("## HumanEval")[1].split("\n## ")[0]
+    assert sum(line.startswith("| head=") for line in humaneval.splitlines()) == 5
+    acceptance = report.split("## Training-time acceptance")[1].split("\n## ")[0]
+    assert sum(line.startswith("| head=") for line in acceptance.splitlines()) == 4  # every variant with draft horizons

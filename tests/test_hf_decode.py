@@ -65,13 +65,14 @@ def test_speculative_sampling_keeps_the_law_on_a_transformers_trunk():
     assert_speculative_law(model, vocab=4)
 
 
-def test_batched_requests_are_refused_in_one_line_on_a_transformers_trunk():
-    """Batched rows run on the harness's own attention (left-padded slots); a DynamicCache holds none."""
+def test_ragged_batches_are_refused_in_one_line_on_a_transformers_trunk():
+    """Prompts of different lengths need left-padded slots (the harness's own attention); a DynamicCache batches
+    prompts of one length only (tests/test_decode_stop_and_hf_batch.py decodes those)."""
     from lab.errors import ConfigError
 
     model = hf_model("parallel")
     prompt = torch.tensor([1, 2, 3])
-    with pytest.raises(ConfigError, match=r"^prompt: batched requests need the harness's GPT trunk"):
+    with pytest.raises(ConfigError, match=r"^prompt: a transformers trunk \(model=hf\) batches prompts of one length only"):
         generate(model, [prompt, prompt[:2]], 4)
 
 

@@ -76,3 +76,69 @@ def test_bad_eval_input_is_one_line_exit_2_and_writes_nothing(run_dir, args, mes
     result = command_in_process("lab-eval", str(run_dir), *args)
     assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert (run_dir / "run.json").read_text() == before
+
+
+def test_paired_speculative_completions_equal_plain_ones_in_float32(run_dir, tmp_path):
+    result = command_in_process("lab-eval", str(run_dir), "--limit", "3", "--max-new-tokens", "24", "--speculative", "--paired")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "eval" / "humaneval.json").read_text())
+    assert summary["differing_completions"] == 0 and summary["plain_pass@1"] == summary["pass@1"]
+    assert summary["plain_tokens_per_forward"] == 1.0 and summary["tokens_per_forward"] > 1.0  # the heads drafted; plain did not
+    rows = [json.loads(line) for line in (run_dir / "eval" / "humaneval.jsonl").read_text().splitlines()]
+    assert all(r["plain_completion"] == r["completions"][0] and r["speedup"] > 0 for r in rows)
+
+
+def test_sampled_completions_are_one_batch_whose_rows_equal_single_requests(run_dir):
+    import torch
+
+    from lab.decode.generate import generate
+    from lab.decode.loading import load_for_generation
+    from lab.eval.evaluate import EvalSettings, encode_prompts, evaluate, stop_at_sequences
+
+    loaded = load_for_generation(run_dir)
+    settings = EvalSettings(samples=3, temperature=1.0, ks=(1, 2), max_new_tokens=12, limit=2, seed=5)
+    rows, summary = evaluate(loaded.model, loaded.tokenizer, settings, log=lambda line: None)
+    ids = encode_prompts(loaded.tokenizer, load_problems(2))
+    for index, row in enumerate(rows):
+        singles = [generate(loaded.model, torch.tensor(ids[index]), 12, temperature=1.0, eos=loaded.tokenizer.eos_id,
+                            generator=torch.Generator().manual_seed(5 * 100_003 + index * 1_009 + s),
+                            stop=stop_at_sequences(loaded.tokenizer)).tokens for s in range(3)]
+        assert row["completions"] == [truncate(loaded.tokenizer.decode(tokens)) for tokens in singles]
+    assert len({c for r in rows for c in r["completions"]}) > 2  # the samples differ
+    assert summary["pass@2"] == 0.0 and summary["tokens_per_forward"] == 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "tiny"], "--model: 'tiny' is not a pretrained base; allowed: smollm2"),
+    (["RUN", "--model", "smollm2"], "--model: give either a run"),
+    (["RUN", "--paired"], "--paired: compares speculative with plain greedy completions"),
+])
+def test_bad_base_or_pairing_is_one_line_exit_2(run_dir, args, message):
+    args = [str(run_dir) if a == "RUN" else a for a in args]
+    result = command_in_process("lab-eval", *args)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("override, message", [
+    ("callbacks.humaneval.problems=-1", "callbacks.humaneval.problems: is -1; allowed: 0 (off), a number of problems"),
+    ("callbacks.humaneval.samples=4", "callbacks.humaneval.samples: greedy decoding"),
+])
+def test_bad_end_of_run_evaluation_settings_stop_the_run_before_its_folder_exists(tmp_path, cache_dir, override, message):
+    result = lab_train(*TINY, "callbacks.humaneval.problems=2", override, f"hydra.run.dir={tmp_path / 'run'}", cache_dir=cache_dir, cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_whose_tokenizer_cannot_encode_the_prompts_is_one_line_and_nothing_written(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    synthetic = [o for o in TINY if not o.startswith(("data.max_docs", "data.seq_len"))]
+    result = lab_train(*synthetic, "data=induction", "callbacks.decoding=null", f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    evaluated = command_in_process("lab-eval", str(run), "--limit", "2")
+    assert evaluated.returncode == 2 and len(evaluated.stderr.strip().splitlines()) == 1, evaluated.stderr
+    assert evaluated.stderr.startswith("error: tokenizer: the model's tokenizer cannot encode HumanEval/0's prompt exactly")
+    assert not (run / "eval").exists()
+    refused = lab_train(*synthetic, "data=induction", "callbacks.humaneval.problems=1", f"hydra.run.dir={tmp_path / 'other'}",
+                        cache_dir=cache_dir, cwd=tmp_path)  # the end-of-run evaluation: refused before the run folder exists
+    assert refused.returncode == 2 and "callbacks.humaneval.problems: HumanEval's prompts are Python text" in refused.stderr
+    assert not (tmp_path / "other").exists()

@@ -22,7 +22,8 @@ LAB = Path(__file__).resolve().parents[1] / "lab"
 # assembled into (mtp, and cost and compile that read it) above the heads. The decoding application (decode)
 # drives core, heads and model.
 LAYERS = ["errors", "schema", "labels", "data", "model", "inference", "model.heads", "model.mtp", "model.cost", "model.compile",
-          "objective", "checkpoint", "training", "decode", "callbacks", "config", "report", "eval", "run", "tracking", "train"]
+          "objective", "checkpoint", "training", "decode", "eval", "callbacks", "config", "report", "run", "tracking", "train",
+          "eval.base", "eval.cli"]  # the evaluation itself sits below the callbacks; its CLI (a base from the configs) on top
 
 
 def module_name(path: Path) -> str:

@@ -76,3 +76,20 @@ def test_the_more_rows_recipe_runs_alone_and_the_sweep_keeps_its_size():
     assert (cfg.head.name, cfg.head.k, cfg.head.n_layers, cfg.objective.target, cfg.train_rows.source, cfg.data.max_docs,
             cfg.trainer.max_steps, cfg.hidden_cache) == ("medusa", 5, 3, "distill", "generated", 66, 1000, True)
     assert {(cfg.head.n_layers, cfg.data.max_docs) for cfg in preset_jobs().values()} == {(1, 11)}  # the sweep's jobs as before
+
+
+def test_the_drafter_objective_variants_compose_pass_the_checks_and_stay_out_of_the_sweep():
+    from lab.config.preflight import check_single_run
+
+    objectives = {"medusa_tv": ("tv", "none", None), "medusa_lk": ("lk", "none", None),
+                  "medusa_lk_first_miss": ("lk", "first_miss", None), "deepseek_self3": ("distill", "none", ("self", 3))}
+    sweep = str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+    assert not set(objectives) & set(sweep)  # each ~6 min: the sweep keeps its hour
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        for variant, (target, truncate, rollout) in objectives.items():
+            cfg = compose("train", overrides=["experiment=smollm2_heads", f"variant={variant}", "paths.output_dir=/tmp/unused"],
+                          return_hydra_config=True)
+            check_single_run(cfg)  # every start-up check, as lab-train runs them
+            assert (cfg.objective.target, cfg.objective.truncate) == (target, truncate)
+            assert (None if cfg.head.rollout is None else (cfg.head.rollout, cfg.head.rollout_steps)) == rollout
+    assert all(cfg.objective.truncate == "none" and cfg.head.rollout is None for cfg in preset_jobs().values())

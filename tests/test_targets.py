@@ -124,3 +124,97 @@ def test_bad_target_options_name_the_field(values, field):
     with pytest.raises(ConfigError) as error:
         Objective.build({}, {"name": "uniform"}, {"name": "sequential"}, k=2, objective=values)
     assert error.value.field == field
+
+
+# ---- acceptance-targeted losses: tv, lk, lk_hybrid ------------------------------------------------------------------
+
+def reference_row_loss(target: str, student: torch.Tensor, teacher: torch.Tensor, eta: float = 3.0) -> torch.Tensor:
+    """Float64, written from the definitions: TV as half the L1 distance, KL as Σ p log(p/q)."""
+    p, q = teacher.double().softmax(-1), student.double().softmax(-1)
+    tv = 0.5 * (p - q).abs().sum(-1)  # = 1 − Σ min(p, q)
+    kl = (p * (p.log() - q.log())).sum(-1)
+    if target == "tv":
+        return tv
+    if target == "lk":
+        return -torch.log(1.0 - tv)
+    weight = torch.exp(-eta * (1.0 - tv)).detach()
+    return weight * kl + (1.0 - weight) * tv
+
+
+@pytest.mark.parametrize("target", ["tv", "lk", "lk_hybrid"])
+def test_acceptance_losses_match_a_float64_reference_in_value_and_gradient(target):
+    from lab.objective.targets import DIVERGENCES
+
+    g = torch.Generator().manual_seed(1)
+    student = torch.randn(6, 9, generator=g, dtype=torch.float64, requires_grad=True)
+    teacher = torch.randn(6, 9, generator=g, dtype=torch.float64) * 2
+    ours = DIVERGENCES[target](F.log_softmax(student, -1), F.log_softmax(teacher, -1), 3.0)
+    reference = reference_row_loss(target, student, teacher)
+    torch.testing.assert_close(ours, reference, rtol=1e-12, atol=1e-12)
+    grad_ours, = torch.autograd.grad(ours.sum(), student)
+    grad_reference, = torch.autograd.grad(reference.sum(), student)
+    torch.testing.assert_close(grad_ours, grad_reference, rtol=1e-10, atol=1e-12)
+    if target != "lk_hybrid":  # finite differences (the hybrid's λ is detached on purpose: it is no derivative of a loss)
+        assert torch.autograd.gradcheck(lambda s: DIVERGENCES[target](F.log_softmax(s, -1), F.log_softmax(teacher, -1), 3.0), (student,))
+
+
+def test_tv_gradient_is_minus_the_acceptance_gradient_and_lk_divides_it_by_alpha():
+    """d(1 − α)/dz = −dα/dz; d(−log α)/dz = −dα/dz / α (per row): LK rescales TV's gradient by 1/α."""
+    from lab.objective.targets import DIVERGENCES, row_acceptance
+
+    g = torch.Generator().manual_seed(2)
+    student = torch.randn(4, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    log_p = F.log_softmax(torch.randn(4, 5, generator=g, dtype=torch.float64), -1)
+    alpha = row_acceptance(F.log_softmax(student, -1), log_p)
+    d_alpha, = torch.autograd.grad(alpha.sum(), student)
+    d_tv, = torch.autograd.grad(DIVERGENCES["tv"](F.log_softmax(student, -1), log_p, 3.0).sum(), student)
+    d_lk, = torch.autograd.grad(DIVERGENCES["lk"](F.log_softmax(student, -1), log_p, 3.0).sum(), student)
+    torch.testing.assert_close(d_tv, -d_alpha)
+    torch.testing.assert_close(d_lk, -d_alpha / alpha.detach()[:, None])
+
+
+@pytest.mark.parametrize("target", ["tv", "lk", "lk_hybrid"])
+def test_acceptance_losses_are_zero_with_no_gradient_when_a_head_copies_the_path(target):
+    model = build_model("identity", 1)
+    horizons = attach_teachers(copying_horizons(model, packed_batch()), TargetConfig(target))
+    stats = run(horizons, [0.0, 1.0], "sequential")
+    assert stats.counts[1] > 0 and abs(stats.loss_sums[1].item()) < 1e-5
+    assert all(g.abs().max() < 1e-5 for g in grads(model).values())
+
+
+def test_ce_share_blends_the_label_into_tv_as_stated():
+    model = build_model("parallel", 3)
+    batch = packed_batch()
+    shared = attach_teachers(model(batch), TargetConfig("tv"))
+    masks = [h.mask for h in shared]
+    sums = {}
+    for name, cfg in {"data": TargetConfig("data"), "tv": TargetConfig("tv"), "dspark": TargetConfig("tv", ce_share=0.1)}.items():
+        horizons = [dataclasses.replace(h, mask=m) for h, m in zip(model(batch), masks)]  # the same rows for all three
+        with torch.no_grad():
+            sums[name] = run_stats(attach_teachers(horizons, cfg))
+    torch.testing.assert_close(sums["dspark"][1:], 0.1 * sums["data"][1:] + 0.9 * sums["tv"][1:])
+
+
+@pytest.mark.parametrize("target", ["tv", "lk", "lk_hybrid"])
+def test_joint_and_sequential_agree_under_acceptance_losses(target):
+    results = {}
+    for schedule in ("joint", "sequential"):
+        model = build_model("parallel", 3)
+        stats = run(attach_teachers(model(packed_batch()), TargetConfig(target, ce_share=0.2)), [1.0, 0.5, 0.25], schedule)
+        results[schedule] = (stats.loss_sums, grads(model))
+    torch.testing.assert_close(results["joint"][0], results["sequential"][0], rtol=1e-6, atol=1e-6)
+    for name, grad in results["joint"][1].items():
+        torch.testing.assert_close(results["sequential"][1][name], grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("values, field, words", [
+    ({"target": "tv"}, "objective.target", "'tv' needs the logits"),
+    ({"target": "mix", "ce_share": 0.1}, "objective.ce_share", "target=mix has its own"),
+    ({"target": "lk", "ce_share": 1.0}, "objective.ce_share", "1 leaves no lk term"),
+    ({"target": "lk_hybrid", "lk_eta": -1}, "objective.lk_eta", "must be a number in [0, inf]"),
+])
+def test_bad_acceptance_target_options_name_the_field(values, field, words):
+    schedule = {"name": "chunked", "chunk_rows": 4} if field == "objective.target" else {"name": "sequential"}
+    with pytest.raises(ConfigError) as error:
+        Objective.build({}, {"name": "uniform"}, schedule, k=2, objective=values)
+    assert error.value.field == field and words in str(error.value)

@@ -91,7 +91,7 @@ def transformers_modes(hf) -> dict:
 
 
 def peers_report(model, prompt_ids: dict[str, list[list[int]]], new_tokens: int, repeats: int, tree, label: str) -> list[list]:
-    """prompt_ids: {"code": [...], "text": [...]} token ids. Rows of `HEADERS`."""
+    """prompt_ids: {"code": [...], "text": [...], "humaneval": [...]} token ids. Rows of `HEADERS`."""
     modes = {**harness_modes(model, tree), **transformers_modes(model.hf_model)}
     counter = ForwardCounter(model.hf_model.base_model)
     rows = []
@@ -113,8 +113,12 @@ def peers_report(model, prompt_ids: dict[str, list[list[int]]], new_tokens: int,
     return rows
 
 
-def prompt_token_ids(tokenizer, root: Path) -> dict[str, list[list[int]]]:
-    return {"code": [tokenizer(t)["input_ids"] for t in code_prompts(root)], "text": [tokenizer(t)["input_ids"] for t in TEXT_PROMPTS]}
+def prompt_token_ids(tokenizer, root: Path, humaneval: int = 8) -> dict[str, list[list[int]]]:
+    """The three prompt sets: held-out stdlib code, natural text, and the first `humaneval` HumanEval prompts."""
+    from lab.eval.humaneval import load_problems
+
+    return {"code": [tokenizer(t)["input_ids"] for t in code_prompts(root)], "text": [tokenizer(t)["input_ids"] for t in TEXT_PROMPTS],
+            "humaneval": [tokenizer(p.prompt)["input_ids"] for p in load_problems(humaneval)]}
 
 
 def summarize(kind: str, label: str, seconds: dict, forwards: dict, same: dict, new_tokens: int, runs: int) -> list[list]:

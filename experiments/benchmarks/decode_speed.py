@@ -16,6 +16,7 @@ the per-prompt paired speedups. Continuations with < 20 % distinct 4-grams are d
 
     python -m experiments.benchmarks.decode_speed                      # part 1, ~1 min
     python -m experiments.benchmarks.decode_speed --skip-cache-part --runs outputs/a outputs/b --prompts 16 --new-tokens 128
+    python -m experiments.benchmarks.decode_speed --skip-cache-part --runs outputs/a --prompt-set humaneval --prompts 16   # HumanEval's prompts
     python -m experiments.benchmarks.decode_speed --quick              # seconds-long smoke run
     python -m experiments.benchmarks.decode_speed --skip-cache-part --skip-spec-part --batch 1,4,16 --runs outputs/a   # batched throughput
 
@@ -95,6 +96,18 @@ def held_out_prompts(run_dir: Path, count: int, length: int) -> list[list[int]]:
     return document_prompts(datamodule.val_dataloader(), count, length)
 
 
+PROMPT_SETS = ("heldout", "humaneval")  # the run's held-out documents, or HumanEval's prompts (whole, not cut to --prompt-tokens)
+
+
+def run_prompts(run_dir: Path, count: int, length: int, prompt_set: str = "heldout") -> list[list[int]]:
+    """`count` prompts of `prompt_set` in the run's own tokenizer."""
+    if prompt_set == "humaneval":
+        from lab.eval.evaluate import prompt_ids
+
+        return prompt_ids(load_for_generation(run_dir).tokenizer, count)
+    return held_out_prompts(run_dir, count, length)
+
+
 def split_ms(stats_list: list[dict]) -> str:
     """'target/draft/outside' ms per round, summed over requests (ledger.merge keeps dicts' maxima, so not merged here)."""
     rounds = sum(s["rounds"] for s in stats_list) or 1
@@ -141,7 +154,7 @@ def speculative_vs_plain(run_dir: Path, prompts: list[list[int]], new_tokens: in
     return out
 
 
-def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int, new_tokens: int, repeats: int) -> None:
+def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int, new_tokens: int, repeats: int, prompt_set: str = "heldout") -> None:
     print(f"\n== speculative vs plain, batch 1, {torch.get_num_threads()} threads, {new_tokens} new tokens, {repeats} repeats per prompt, "
           f"prompts: first ≤{prompt_tokens} tokens of held-out documents")
     best = {}
@@ -150,7 +163,7 @@ def speculative_report(run_dirs: list[Path], n_prompts: int, prompt_tokens: int,
     for temperature, label in ((1.0, "sampling T=1.0 (headline)"), (0.0, "greedy")):
         rows = []
         for run_dir in run_dirs:
-            prompts = held_out_prompts(run_dir, n_prompts, prompt_tokens)
+            prompts = run_prompts(run_dir, n_prompts, prompt_tokens, prompt_set)
             eos = load_for_generation(run_dir).tokenizer.eos_id
             r = speculative_vs_plain(run_dir, prompts, new_tokens, temperature, eos, repeats)
             for group in ("clean", "all"):
@@ -234,7 +247,7 @@ def tree_vs_chain(run_dir: Path, prompts: list[list[int]], new_tokens: int, tree
     return rows
 
 
-def tree_report(run_dirs: list[Path], trees: list[str], n_prompts: int, prompt_tokens: int, new_tokens: int) -> None:
+def tree_report(run_dirs: list[Path], trees: list[str], n_prompts: int, prompt_tokens: int, new_tokens: int, prompt_set: str = "heldout") -> None:
     headers = ["run", "drafts", "clean prompts", "tokens/forward", "vs chain", "nodes/round", "path accept", "top-1 all (Fréchet)",
                "rank≥1 accepted/round", "rate vs chain", "ms/round target/draft/outside"]
     best = {}
@@ -244,7 +257,7 @@ def tree_report(run_dirs: list[Path], trees: list[str], n_prompts: int, prompt_t
             loaded = load_for_generation(run_dir)
             if loaded.model.head.drafter is None or not loaded.model.head.drafter.drafts_trees:
                 continue
-            prompts = held_out_prompts(run_dir, n_prompts, prompt_tokens)
+            prompts = run_prompts(run_dir, n_prompts, prompt_tokens, prompt_set)
             rows += tree_vs_chain(run_dir, prompts, new_tokens, trees, temperature, loaded.tokenizer.eos_id)
         print(f"\n== trees vs the chain, {label}, batch 1, {new_tokens} new tokens, prompts of ≤{prompt_tokens} held-out tokens")
         print(table(headers, rows))
@@ -262,6 +275,8 @@ def main() -> None:
     parser.add_argument("--runs", nargs="*", type=Path, default=[], help="trained run dirs for the speculative part")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--prompt-set", default="heldout", choices=PROMPT_SETS,
+                        help="the runs' held-out documents (cut to --prompt-tokens) or HumanEval's prompts (whole); --prompts counts them")
     parser.add_argument("--spec-repeats", type=int, default=3, help="timed runs per prompt and mode (speculative part)")
     parser.add_argument("--skip-cache-part", action="store_true")
     parser.add_argument("--skip-spec-part", action="store_true", help="with --runs: skip the batch-1 speculative part (e.g. only --batch)")
@@ -281,11 +296,11 @@ def main() -> None:
     if not args.skip_cache_part:
         cached_vs_uncached(new_tokens, repeats)
     if args.runs and not args.skip_spec_part:
-        speculative_report(args.runs, args.prompts, args.prompt_tokens, args.new_tokens, 1 if args.quick else args.spec_repeats)
+        speculative_report(args.runs, args.prompts, args.prompt_tokens, args.new_tokens, 1 if args.quick else args.spec_repeats, args.prompt_set)
     if args.batch:
-        batch_report(batch_models(args.runs, args.prompts, args.prompt_tokens), args.batch, new_tokens, 1 if args.quick else args.spec_repeats)
+        batch_report(batch_models(args.runs, args.prompts, args.prompt_tokens, args.prompt_set), args.batch, new_tokens, 1 if args.quick else args.spec_repeats)
     if args.runs and args.trees:
-        tree_report(args.runs, args.trees.split(";"), args.prompts, args.prompt_tokens, args.new_tokens)
+        tree_report(args.runs, args.trees.split(";"), args.prompts, args.prompt_tokens, args.new_tokens, args.prompt_set)
     if args.peers:
         repeats = 1 if args.quick else args.spec_repeats
         if args.runs:  # the runs' trained heads on the same base (the folder gives the tokenizer)
@@ -323,7 +338,7 @@ def compare_with_peers(model, folder: Path, tree: str, new_tokens: int, repeats:
     print_peers(peers_report(model, prompts, new_tokens, repeats, widths, label), new_tokens, repeats)
 
 
-def batch_models(run_dirs: list[Path], n_prompts: int, prompt_tokens: int) -> list:
+def batch_models(run_dirs: list[Path], n_prompts: int, prompt_tokens: int, prompt_set: str = "heldout") -> list:
     """(name, model, held-out prompts, eos) per run; without runs a random-weight parallel K=4 model and random prompts."""
     if not run_dirs:
         torch.manual_seed(0)
@@ -334,7 +349,7 @@ def batch_models(run_dirs: list[Path], n_prompts: int, prompt_tokens: int) -> li
     for run_dir in run_dirs:
         loaded = load_for_generation(run_dir)
         out.append((f"{run_dir.name} ({loaded.model.head_cfg.name} K={loaded.model.k})", loaded.model,
-                    held_out_prompts(run_dir, n_prompts, prompt_tokens), loaded.tokenizer.eos_id))
+                    run_prompts(run_dir, n_prompts, prompt_tokens, prompt_set), loaded.tokenizer.eos_id))
     return out
 
 

@@ -92,6 +92,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--prompt-set", default="heldout", choices=["heldout", "humaneval"],
+                        help="the runs' held-out documents (cut to --prompt-tokens) or HumanEval's prompts (whole)")
     parser.add_argument("--paths", type=int, default=32, help="sampled continuations per oracle round (the marginals' estimate)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--prompts-from", type=Path, default=None,
@@ -106,10 +108,10 @@ def main() -> None:
         prompts = [[1, 2, 3, 4, 5], [7, 7, 8, 9]]
         rows.append(row("random tiny Llama", quick_model(), prompts, args))
     for run_dir in args.runs:
-        from experiments.benchmarks.decode_speed import held_out_prompts
+        from experiments.benchmarks.decode_speed import run_prompts
         from lab.decode.loading import load_for_generation
 
-        prompts = held_out_prompts(args.prompts_from or run_dir, args.prompts, args.prompt_tokens)
+        prompts = run_prompts(args.prompts_from or run_dir, args.prompts, args.prompt_tokens, args.prompt_set)
         name = f"{run_dir.parent.name}/{run_dir.name}"  # a sweep's jobs share names across sweeps
         rows.append(row(name, load_for_generation(run_dir).model.eval(), prompts, args))
     print(f"== independent heads vs the marginal oracle, T={args.temperature}, {args.new_tokens} new tokens, {args.paths} paths per oracle round")

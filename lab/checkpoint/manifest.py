@@ -15,6 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from lab.errors import ConfigError
+from lab.objective.targets import TargetConfig
 from lab.model.mtp import alias_groups
 
 
@@ -182,17 +183,31 @@ def with_later_defaults(saved: dict) -> dict:
     k = saved.get("k")
     if "offsets" not in saved and isinstance(k, int):
         saved["offsets"] = list(range(1, k + 1))
-    if isinstance(saved.get("head_config"), dict) and "offsets" not in saved["head_config"]:
-        saved["head_config"] = {**saved["head_config"], "offsets": None}
-    if isinstance(saved.get("head_config"), dict) and "lora" not in saved["head_config"]:
-        saved["head_config"] = {**saved["head_config"], "lora": None}
-    if isinstance(saved.get("head_config"), dict) and "draft_vocab" not in saved["head_config"]:
-        saved["head_config"] = {**saved["head_config"], "draft_vocab": None}  # written before draft vocabularies: the full one
+    if isinstance(saved.get("head_config"), dict):  # fields added since (offsets, lora, draft_vocab, a chain's rollout, ...)
+        saved["head_config"] = {**head_config_defaults(saved["head_config"].get("name")), **saved["head_config"]}
     saved.setdefault("base", None)  # written before pretrained trunks existed: the harness's own GPT
     saved.setdefault("target", {"target": "data", "mix_alpha": 0.5})
     if isinstance(saved["target"], dict) and "teacherless" not in saved["target"]:
         saved["target"] = {**saved["target"], "teacherless": False}  # written before teacherless inputs existed
+    if isinstance(saved["target"], dict):  # written before acceptance targets and truncation: neither was used
+        saved["target"] = {**field_defaults(TargetConfig), **saved["target"]}
     return saved
+
+
+def field_defaults(config_class) -> dict:
+    """The fields of a config dataclass that have a default, with it."""
+    return {f.name: f.default for f in dataclasses.fields(config_class) if f.default is not dataclasses.MISSING}
+
+
+def head_config_defaults(name) -> dict:
+    """A head config's fields with defaults: what a manifest written before a field existed trained with (every
+    field is added with the default that keeps the earlier behaviour: offsets 1..K, no LoRA, the full vocabulary,
+    teacher forcing)."""
+    from lab.model.heads import HEAD_SPECS
+
+    if name not in HEAD_SPECS:
+        return {}
+    return field_defaults(HEAD_SPECS[name].module.config_class)  # a saved field always wins over its default
 
 
 def compare_manifests(saved: dict, expected: dict) -> None:

@@ -71,6 +71,7 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
     for group in TARGET_GROUPS:
         check_target_nodes(cfg, group)
     check_decoding_options_of(cfg.get("callbacks"))
+    check_humaneval_options_of(cfg.get("callbacks"), OmegaConf.select(cfg, "data.source"))
     data = check_data_config(plain("data"))  # local files: exist and are not empty
     model, _ = split_compile_option(plain("model"))
     head = head_config(head_defaults_for(model, plain("head")))
@@ -91,7 +92,7 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
     objective = Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=targets)
     require(not (targets or {}).get("teacherless") or hasattr(data, "task"), "objective.teacherless",
             f"needs a synthetic task (data=star_graph|induction), the only data with answers; got data.source={cfg.data.get('source')}")
-    check_horizons_fit(head.k, data.seq_len, head.offsets)
+    check_horizons_fit(head.k, data.seq_len, head.offsets, "head.rollout_steps" if getattr(head, "rollout", None) == "self" else "head.k")
     check_hidden_cache(cfg, head.trunk_grad)
     train_rows = typed(TrainRowsConfig, plain("train_rows") if cfg.get("train_rows") is not None else {}, "train_rows")
     check_train_rows(train_rows, data)
@@ -143,6 +144,20 @@ def check_decoding_options_of(callbacks) -> None:
         check_decoding_options(**{key: decoding[key] for key in decoding if key != "output_dir" and not str(key).startswith("_")})
 
 
+def check_humaneval_options_of(callbacks, data_source: str | None = None) -> None:
+    """`callbacks.humaneval`'s settings (the callback's own rules), before the run folder exists; a synthetic task's
+    symbol tokenizer cannot encode HumanEval's Python prompts."""
+    from lab.callbacks.humaneval import settings_from
+    from lab.data import TASKS
+
+    humaneval = (callbacks or {}).get("humaneval")
+    if humaneval is None:
+        return
+    settings = settings_from(**{key: humaneval[key] for key in humaneval if key != "output_dir" and not str(key).startswith("_")})
+    require(settings is None or data_source not in TASKS, "callbacks.humaneval.problems",
+            f"HumanEval's prompts are Python text, which data.source={data_source}'s symbol tokenizer cannot encode; allowed here: 0")
+
+
 def check_decoding_callback(callbacks, hf_config) -> None:
     """The end-of-run decoding evaluation on a trunk whose family the harness cannot decode (the MTP family table)."""
     from lab.model.mtp_families import family_path_refusal
@@ -175,9 +190,12 @@ def check_checkpoint_cadence(cfg: DictConfig) -> None:
                 f"must be an integer ≥ 1 (steps between checkpoints; the final step always gets one), got {every!r}")
 
 
-def check_horizons_fit(k: int, seq_len: int, offsets=None) -> None:
-    """The one check across groups: every horizon needs a target inside a row (the farthest offset, K by default)."""
+def check_horizons_fit(k: int, seq_len: int, offsets=None, field: str = "head.k") -> None:
+    """The one check across groups: every horizon needs a target inside a row (the farthest offset, K by default).
+    `field`: the setting K follows from (a self-fed DeepSeek rollout's K is head.rollout_steps + 1)."""
     if offsets is None or list(offsets) == list(range(1, k + 1)):
+        if field == "head.rollout_steps":
+            require(k < seq_len, field, f"must be < data.seq_len − 1 = {seq_len - 1} (step s predicts token t+s+1 of a row), got {k - 1}")
         require(k < seq_len, "head.k", f"must be < data.seq_len={seq_len}, got {k}")
     else:
         require(max(offsets) < seq_len, "head.offsets", f"every offset must be < data.seq_len={seq_len}, got {list(offsets)}")

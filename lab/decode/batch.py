@@ -29,14 +29,20 @@ def prompt_rows(prompt) -> list[torch.Tensor]:
 
 
 def generate_batch(model, prompt, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None, speculative: bool = False,
-                   draft_steps: int | None = None, eos: int | None = None, generator=None) -> list:
+                   draft_steps: int | None = None, eos: int | None = None, generator=None, stop=None) -> list:
     """Every prompt of the batch, plain or speculative; one Generation per prompt, in order.
 
     `generator`: None, one torch.Generator that all rows draw from in turn, or a list with one per prompt.
+    `stop` (plain rows): a row also ends once `stop(its tokens so far)` is True.
+    A transformers trunk (model=hf) decodes plain batches of prompts of one length (n samples of one prompt).
     """
     rows = prompt_rows(prompt)
-    require(not model.has_hf_trunk, "prompt",
-            "batched requests need the harness's GPT trunk; a transformers trunk (model=hf) decodes one prompt at a time")
+    if model.has_hf_trunk:
+        require(not speculative, "speculative",
+                "batched speculative requests need the harness's GPT trunk; a transformers trunk (model=hf) drafts for one prompt at a time")
+        require(len({row.numel() for row in rows}) == 1, "prompt",
+                "a transformers trunk (model=hf) batches prompts of one length only; pass prompts of different lengths one at a time")
+    require(stop is None or not speculative, "stop", "applies to plain batches; speculative rows end at EOS or their budget")
     for row in rows:
         check_request(model, row, max_new_tokens, temperature, top_k, draft_steps)
     generators = list(generator) if isinstance(generator, (list, tuple)) else [generator] * len(rows)
@@ -47,5 +53,5 @@ def generate_batch(model, prompt, max_new_tokens: int, *, temperature: float = 0
         if speculative:
             decoded = speculative_rows(model, rows, max_new_tokens, choosers, eos, draft_steps)
         else:
-            decoded = decode_rows(model, rows, max_new_tokens, choosers, eos)
+            decoded = decode_rows(model, rows, max_new_tokens, choosers, eos, stop)
     return [Generation(out, stats) for out, stats in decoded]

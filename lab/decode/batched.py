@@ -4,8 +4,8 @@ Prompts are left-padded to a common length P, so every row appends its new token
 cache slot and one forward serves all rows. Row b's padding occupies slots 0..pad_b−1; its
 token at slot s has position s − pad_b (positions start at 0 at each prompt's first token, as
 for a single request), and its queries see only its own slots ≥ pad_b. A row that has stopped
-(EOS or its budget) keeps riding along until every row has stopped; its later tokens are
-dropped. Speculative batches: lab.decode.batched_speculative.
+(EOS, its budget or its stop predicate) leaves the batch: its cache rows are dropped and the
+others' steps get cheaper. Speculative batches: lab.decode.batched_speculative.
 
 Each row's law is that of a single request: its next token is drawn from softmax(its own
 logits / T) (top-k), independently of the other rows; greedy rows equal single greedy decoding,
@@ -18,7 +18,9 @@ import time
 
 import torch
 
+from lab.errors import require
 from lab.inference.cache import StackCache
+from lab.inference.hf_cache import HFTrunkCache
 from lab.inference.ledger import acceptance_conventions
 from lab.inference.sampling import TokenChooser
 from lab.inference.target import TRUNK
@@ -35,7 +37,7 @@ class BatchedCaches:
     """
 
     def __init__(self, model, batch: int, device):
-        cfg = model.model_cfg
+        cfg = model.trunk.cfg  # width, heads and rotary base of the head stacks (a transformers trunk derives them from its config)
         self.head_dim, self.rope_base = cfg.d_model // cfg.n_heads, cfg.rope_base
         self.caches: dict = {}
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, L] slots each row keeps
@@ -59,6 +61,12 @@ class BatchedCaches:
         mask = ((keys[:, None, :] & causal[None]) | diagonal[None])[:, None]  # [B, 1, n, L]
         return lambda key: AttentionContext(mask, cos, sin, kv=self.caches.setdefault(key, StackCache(key, "target")))
 
+    def keep_rows(self, index: torch.Tensor) -> None:
+        """Go on with batch rows `index` [b'] only (the others' requests have finished)."""
+        self.valid, self.next_position = self.valid[index], self.next_position[index]  # [b', L], [b']
+        for cache in self.caches.values():
+            cache.select_rows(index)
+
     def advance(self, keep: torch.Tensor) -> None:
         """Keep [B, n] of the slots the last forward appended (the rest become holes)."""
         self.valid = torch.cat([self.valid, keep], dim=1)  # [B, L + n]
@@ -66,6 +74,42 @@ class BatchedCaches:
         for cache in self.caches.values():
             cache.commit()
         self.peak_bytes = max(self.peak_bytes, sum(c.length * c.row_bytes() for c in self.caches.values()))
+
+
+class SameLengthHFCaches(BatchedCaches):
+    """A transformers trunk's batch (model=hf): rows of one prompt length, the trunk's K/V in transformers' own
+    DynamicCache, a head's own blocks (a parallel head's next-token stack) in the harness's caches.
+
+    Every row keeps every slot (no left padding, no holes), so transformers builds the trunk's causal mask
+    and positions itself, as in its own batched generate. Used for n samples of one prompt (pass@k);
+    prompts of different lengths need the harness's GPT trunk.
+    """
+
+    def __init__(self, model, batch: int, device):
+        super().__init__(model, batch, device)
+        self.trunk_cache = HFTrunkCache(TRUNK, "target")
+
+    def contexts(self, new_valid: torch.Tensor):
+        require(bool(new_valid.all()), "prompt",
+                "a transformers trunk (model=hf) batches prompts of one length only; pass prompts of different lengths one at a time")
+        native = super().contexts(new_valid)  # head blocks: the harness's mask and rotary angles over the same slots
+        trunk = AttentionContext(None, None, None, kv=self.trunk_cache)
+        return lambda key: trunk if key == TRUNK else native(key)
+
+    def keep_rows(self, index: torch.Tensor) -> None:
+        super().keep_rows(index)
+        self.trunk_cache.dynamic.batch_select_indices(index)
+
+    def advance(self, keep: torch.Tensor) -> None:
+        self.trunk_cache.commit()
+        super().advance(keep)
+        self.peak_bytes = max(self.peak_bytes, self.trunk_cache.length * self.trunk_cache.row_bytes()
+                              + sum(c.length * c.row_bytes() for c in self.caches.values()))
+
+
+def batch_caches(model, batch: int, device):
+    """The caches a plain batch decodes with: the GPT trunk's per-row slots, or transformers' DynamicCache."""
+    return (SameLengthHFCaches if model.has_hf_trunk else BatchedCaches)(model, batch, device)
 
 
 def left_padded(rows: list[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,27 +137,35 @@ def batched_logits(model, caches: BatchedCaches, ids: torch.Tensor, new_valid: t
     return model.horizon_logits(1, rows[:, -1])  # [B, V]
 
 
-def decode_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choosers: list[TokenChooser], eos: int | None) -> list[tuple[list[int], dict]]:
-    """Plain decoding of B rows; row b draws from choosers[b] (rows in order, each step)."""
+def decode_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choosers: list[TokenChooser], eos: int | None,
+                stop=None) -> list[tuple[list[int], dict]]:
+    """Plain decoding of B rows; row b draws from choosers[b] (rows in order, each step).
+
+    `stop(out) -> bool` (optional): a row also ends once it says True of the row's tokens so far
+    (e.g. a stop sequence in their text); the tokens before that point are those of a run without it.
+    """
     device = next(model.parameters()).device
     ids, prompt_valid = left_padded(rows, device)  # [B, P] each
-    caches = BatchedCaches(model, len(rows), device)
+    caches = batch_caches(model, len(rows), device)
     outputs: list[list[int]] = [[] for _ in rows]
-    done = lambda out: len(out) == max_new_tokens or (bool(out) and out[-1] == eos)  # noqa: E731
+    done = lambda out: len(out) == max_new_tokens or (bool(out) and (out[-1] == eos or (stop is not None and stop(out))))  # noqa: E731
     begin = time.perf_counter()
     prefill_s, forwards = 0.0, 0
     if max_new_tokens > 0:
         logits = batched_logits(model, caches, ids, prompt_valid)  # prefill: [B, V]
         forwards, prefill_s = 1, time.perf_counter() - begin
-        every = torch.ones(len(rows), 1, dtype=torch.bool, device=device)  # [B, 1]
+        active = list(range(len(rows)))  # the requests still decoding; logits row i belongs to request active[i]
         while True:
-            for b, out in enumerate(outputs):
-                if not done(out):
-                    out.append(choosers[b].choose(logits[b])[0])
-            if all(done(out) for out in outputs):
+            for i, b in enumerate(active):
+                outputs[b].append(choosers[b].choose(logits[i])[0])
+            going = [i for i, b in enumerate(active) if not done(outputs[b])]
+            if not going:
                 break
-            tokens = torch.tensor([[out[-1]] for out in outputs], device=device)  # [B, 1]: stopped rows ride along, their tokens dropped
-            logits = batched_logits(model, caches, tokens, every)  # [B, V]
+            if len(going) < len(active):  # finished requests leave the batch: the others' steps get cheaper
+                caches.keep_rows(torch.tensor(going, device=device))
+                active = [active[i] for i in going]
+            tokens = torch.tensor([[outputs[b][-1]] for b in active], device=device)  # [b', 1]
+            logits = batched_logits(model, caches, tokens, torch.ones(len(active), 1, dtype=torch.bool, device=device))  # [b', V]
             forwards += 1
     elapsed = time.perf_counter() - begin
     shared = {"target_forwards": forwards, "prefill_time_s": prefill_s, "total_time_s": elapsed, "batch_size": len(rows),

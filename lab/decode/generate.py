@@ -19,6 +19,7 @@ Positions start at 0 at the first prompt token, as for a document in training.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -48,6 +49,7 @@ def generate(
     tree=None,
     draws=None,
     ngram: PromptLookup | dict | None = None,
+    stop: Callable[[list[int]], bool] | None = None,
 ) -> Generation | list[Generation]:
     """Continue `prompt` ([P] token ids) by up to `max_new_tokens` tokens (docs/api.md).
 
@@ -58,19 +60,21 @@ def generate(
     (lab.decode.batched: chains, no trees). `ngram` (with `speculative`): prompt lookup drafts
     (lab.decode.ngram.PromptLookup or its fields as a dict), alone on a model without draft heads
     or with `with_heads=False`, else merged into the heads' chain or tree as one more branch.
+    `stop(tokens so far) -> bool`: the request also ends after the round in which it says True (a stop
+    sequence in the text); every token before that point is the one decoding without `stop` writes.
     """
     if is_batch(prompt):
         require(tree is None and draws is None, "tree", "batched requests decode chains with torch's draws; give one prompt for a tree")
         require(ngram is None, "ngram", "batched requests draft with the heads only; give one prompt for prompt lookup")
         return generate_batch(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, speculative=speculative,
-                              draft_steps=draft_steps, eos=eos, generator=generator)
+                              draft_steps=draft_steps, eos=eos, generator=generator, stop=stop)
     check_request(model, prompt, max_new_tokens, temperature, top_k, draft_steps)
     shape = None if tree is None else tree_shape(tree)
     lookup = prompt_lookup(ngram, speculative, model)
     model.eval()
     with torch.no_grad():
         decoder = Decoder(model, TokenChooser(temperature, top_k, generator, draws), speculative, draft_steps, eos, shape, lookup)
-        return decoder.run(prompt.tolist(), max_new_tokens)
+        return decoder.run(prompt.tolist(), max_new_tokens, stop)
 
 
 def prompt_lookup(ngram, speculative: bool, model) -> PromptLookup | None:
@@ -142,7 +146,7 @@ class Decoder:
         self.stats["draft_time_s"] += time.perf_counter() - start
         self.state.commit_rows(rows)
 
-    def run(self, prompt: list[int], max_new_tokens: int) -> Generation:
+    def run(self, prompt: list[int], max_new_tokens: int, stop=None) -> Generation:
         begin = time.perf_counter()
         out: list[int] = []
         if max_new_tokens > 0:
@@ -153,7 +157,7 @@ class Decoder:
             out.append(frontier)
             tokens = list(prompt)  # tokens with committed target rows
             rounds_begin = time.perf_counter()
-            while len(out) < max_new_tokens and out[-1] != self.eos:
+            while len(out) < max_new_tokens and out[-1] != self.eos and not (stop is not None and stop(out)):
                 frontier = self.round(tokens, frontier, out, max_new_tokens - len(out))
             self.settle_split(time.perf_counter() - rounds_begin)
         if self.proposer is not None:

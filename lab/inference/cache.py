@@ -58,6 +58,11 @@ class StackCache:
         self.lengths[layer] = start + n
         return self.keys[layer][:, :, : start + n], self.values[layer][:, :, : start + n]  # [B, H, start+n, hd]
 
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index` [b'] of every layer's buffers (a batch whose other requests have finished)."""
+        self.keys = [t.index_select(0, index) for t in self.keys]  # [b', H, capacity, hd]
+        self.values = [t.index_select(0, index) for t in self.values]
+
     @staticmethod
     def _grown(buffer: torch.Tensor, needed: int) -> torch.Tensor:
         bigger = buffer.new_empty(*buffer.shape[:2], max(needed, 2 * buffer.shape[2]), buffer.shape[3])

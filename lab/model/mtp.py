@@ -167,7 +167,7 @@ class MTPModel(nn.Module):
         return self.head.k
 
     def shared_parts(self) -> SharedParts:
-        return SharedParts(self.trunk.embed, self.trunk.final_norm, self.trunk.unembedding)
+        return SharedParts(self.trunk.embed, self.trunk.final_norm, self.trunk.unembedding, getattr(self, "draft_ids", None))
 
     def forward(self, batch: dict, n_horizons: int | None = None) -> list[Horizon]:
         """Horizons 1..K, or only the first `n_horizons` (the others' blocks and projections never run)."""

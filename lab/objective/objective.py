@@ -8,7 +8,7 @@ the loss it logs, with no further checks.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -17,6 +17,7 @@ from lab.objective.distributed import all_reduce_sum, world_size
 from lab.errors import ConfigError, require
 from lab.schema import typed
 from lab.objective.backward import build_backward_schedule, check_schedule
+from lab.objective.readings import HorizonReadings, first_miss_masks, prefix_hits, read_horizons
 from lab.objective.reductions import POLICIES, effective_weights, validate_reduction
 from lab.objective.targets import TargetConfig, attach_teachers, supervised_mask
 from lab.objective.weights import Progress, WeightSchedule, build_weight_schedule
@@ -90,8 +91,27 @@ class Objective:
     def build(cls, reduction: Mapping, weights: Mapping, schedule: Mapping, k: int, objective: Mapping | None = None) -> Objective:
         """From the config groups' mappings (and the `objective` node: targets), for K horizons; every check runs here."""
         options = {key: value for key, value in weights.items() if key != "name"}
+        target = typed(TargetConfig, objective or {}, "objective")
+        require(target.truncate == "none" or k > 1, "objective.truncate",
+                f"{target.truncate} truncates horizons 2..K after a miss; K=1 has none (allowed with K=1: none)")
         return cls(typed(ReductionConfig, reduction, "reduction"), typed(ScheduleConfig, schedule, "schedule"),
-                   build_weight_schedule(weights["name"], k, **options), typed(TargetConfig, objective or {}, "objective"))
+                   build_weight_schedule(weights["name"], k, **options), target)
+
+    @property
+    def truncates(self) -> bool:
+        return self.target.truncate == "first_miss"
+
+    def readings(self, horizons, with_acceptance: bool) -> HorizonReadings | None:
+        """Row readings of the horizons (own-target hits; α and agreement `with_acceptance`); None when nothing needs them."""
+        if not (self.truncates or with_acceptance):
+            return None
+        return read_horizons(horizons, with_acceptance)
+
+    def truncated(self, horizons, readings: HorizonReadings | None):
+        """The horizons with `objective.truncate` applied to their masks (the counts every reduction divides by follow)."""
+        if not self.truncates:
+            return horizons
+        return [replace(h, mask=mask) for h, mask in zip(horizons, first_miss_masks(horizons, readings.own_hit))]
 
     def live_horizons(self, progress: Progress) -> int:
         """Horizons 1..n the step must run; the rest have λ = 0 for the rest of training."""
@@ -101,16 +121,20 @@ class Objective:
         """The horizons as the training loss sees them (distilled targets attached when configured)."""
         return attach_teachers(horizons, self.target)
 
-    def skipped_masks(self, head, batch: dict, horizons, draft_ids: Tensor | None = None) -> list[Tensor]:
+    def skipped_masks(self, head, batch: dict, horizons, draft_ids: Tensor | None = None,
+                      readings: HorizonReadings | None = None) -> list[Tensor]:
         """[B, S-o_k] supervised rows of the horizons after the ones run (skipped), from the labels alone, so
         every reduction policy sees the counts of a full step; under a draft vocabulary (`draft_ids` [N]) only
-        the rows whose target is in it, as a run horizon counts them."""
+        the rows whose target is in it, as a run horizon counts them. Under truncation, only the rows where every
+        run horizon hit (the skipped horizons' own hits are never computed: their λ is 0 for good)."""
         masks = []
         for k in range(len(horizons) + 1, head.k + 1):
             offset = head.offsets[k - 1]
             mask = supervised_mask(head.validity_mask(k, batch), horizons[0].mask, offset, self.target)  # [B, S-o]
             if draft_ids is not None:
                 mask = mask & torch.isin(batch["tokens"][:, offset:], draft_ids)  # [B, S-o]: targets tokens[t+o] in the set
+            if self.truncates:
+                mask = mask & prefix_hits(readings.own_hit, mask.shape[1])  # [B, S-o]
             masks.append(mask)
         return masks
 

@@ -117,7 +117,7 @@ def empty_record() -> dict:
     return {
         "job": None, "name": "", "run_dir": "", "overrides": [], "status": "failed", "error": None,
         "run_time_s": None, "head": None, "k": None, "head_traits": None, "reduction": None, "weights": None,
-        "schedule": None, "seed": None, "final": {}, "history": {}, "parameters": {}, "cost": {}, "corpus": {},
+        "schedule": None, "seed": None, "drafter_objective": None, "final": {}, "history": {}, "parameters": {}, "cost": {}, "corpus": {},
     }
 
 
@@ -233,7 +233,23 @@ def fields_from(recorded: dict, manifest: dict, config: dict) -> dict:
         "weights": weights.get("name") if isinstance(weights, dict) else weights,
         "schedule": manifest.get("schedule") or (config.get("schedule") or {}).get("name"),
         "seed": config.get("seed"),
+        "drafter_objective": drafter_objective(manifest.get("target") or config.get("objective") or {},
+                                               manifest.get("head_config") or head),
     }
+
+
+def drafter_objective(target: dict, head: dict) -> str:
+    """What the draft horizons learned from: `target[+ce share], truncation, rollout` (lab/objective/targets.py,
+    readings.py; a chain's head.rollout)."""
+    name = target.get("target") or "data"
+    if name == "mix":
+        name += f" α={target.get('mix_alpha', 0.5)}"
+    elif target.get("ce_share"):
+        name += f" + {target['ce_share']}·CE"
+    rollout = "teacher"
+    if head.get("rollout") == "self":
+        rollout = f"self s={head.get('rollout_steps')} {head.get('rollout_tokens', 'drafted')}"
+    return f"{name}, truncate {target.get('truncate') or 'none'}, rollout {rollout}"
 
 
 def recorded_k(recorded: dict, manifest: dict, head: dict) -> int | None:

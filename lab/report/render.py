@@ -338,6 +338,85 @@ LOSS_SPEEDUP_NOTE = ("What MTP users trade: the next-token validation loss (`val
                      "cannot draft (ntp) decodes plainly: speedup 1 by definition. The figure `loss_vs_speedup.png` draws these rows.")
 
 
+def acceptance_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
+    """Training-time acceptance (lab/callbacks/acceptance.py) next to the decoding's tokens/forward; None when no run has it."""
+    rows_with = [v for v in sorted(variants, key=order_key) if v.stat("val/tau")[0] is not None or v.stat("val/accept/h2")[0] is not None]
+    if not rows_with:
+        return None
+    horizons = range(2, max(v.max_k for v in rows_with) + 1)
+    kept = [k for k in horizons if any(v.stat(f"train/kept/h{k}")[0] is not None for v in rows_with)]
+    header = ["variant", "head", "K", *[f"ᾱ h{k} (val)" for k in horizons], "τ (val)", "τ (train)", "tokens/forward T=1 (decoded)",
+              "τ (val) ÷ decoded", *[f"kept h{k} (train)" for k in kept]]
+    return header, [[v.label, fmt(v.head), fmt(v.k), *[v.cell(f"val/accept/h{k}", 3) + forced_mark(v, k) for k in horizons],
+                     v.cell("val/tau", 2), v.cell("train/tau", 2), v.cell("decode/tokens_per_forward", 2), tau_ratio_cell(v),
+                     *[v.cell(f"train/kept/h{k}", 2) for k in kept]] for v in rows_with]
+
+
+def tau_ratio_cell(variant: Variant) -> str:
+    """Validation τ over the decoded tokens per forward at T=1: how far the training-time estimate is from decoding."""
+    tau, decoded = variant.stat("val/tau")[0], variant.stat("decode/tokens_per_forward")[0]
+    return "—" if tau is None or not decoded else f"{tau / decoded:.2f}"
+
+
+ACCEPTANCE_NOTE = ("Training-time acceptance, no decoding: ᾱ_k is the mean over validation rows of Σ_v min(p, q_k) = 1 − TV, "
+                   "with p the next-token path's distribution at the row that predicts the same token, the chance that exact "
+                   "speculative sampling at T=1 accepts horizon k's draft; τ = 1 + Σ_k Π_{j≤k} ᾱ_j estimates tokens per "
+                   "target forward of a chain of the run's heads (DeepSpec's convention), beside what decoding measured. TF marks a "
+                   "teacher-forced DeepSeek depth (its α is an upper estimate). `kept` is the share of supervised rows "
+                   "objective.truncate=first_miss left to horizon k.")
+
+
+def objectives_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
+    """Drafter objectives side by side (target × truncation × rollout) with what decoding measured; None when the
+    sweep has one objective or nothing decoded."""
+    rows_with = [v for v in sorted(variants, key=order_key) if v.stat("decode/tokens_per_forward")[0] is not None]
+    if len({v.first.get("drafter_objective") for v in rows_with}) < 2:
+        return None
+    positions = max(v.max_k for v in rows_with) - 1
+    header = ["variant", "head", "K", "objective (target, truncation, rollout)", *[f"P(prefix≥{j}) T=1" for j in range(1, positions + 1)],
+              *[f"P({j} | 1..{j - 1}) T=1" for j in range(1, positions + 1)], "tokens/forward T=1", SPEEDUP_HEADER, "τ (val)",
+              "training CPU s"]
+    return header, [[v.label, fmt(v.head), fmt(v.k), fmt(v.first.get("drafter_objective")),
+                     *[v.cell(f"decode/accept/p{j}", 2) for j in range(1, positions + 1)],
+                     *[v.cell(f"decode/accept_cond/p{j}", 2) for j in range(1, positions + 1)],
+                     headline_cell(v, "decode/tokens_per_forward"), speedup_cell(v), v.cell("val/tau", 2), fmt(training_cpu_s(v), 0)]
+                    for v in rows_with]
+
+
+def training_cpu_s(variant: Variant) -> float | None:
+    """The training's CPU seconds (the worker thread's, else the process's), mean over the variant's jobs."""
+    return variant.cost("train_thread_cpu_s") or variant.cost("train_process_cpu_s")
+
+
+OBJECTIVES_NOTE = ("Drafter objectives (lab/objective/targets.py, readings.py; head.rollout): what horizons ≥ 2 learned from "
+                   "(data, distill, mix, tv, lk, lk_hybrid, with the label's share), whether they were truncated at the first "
+                   "miss, and whether the chain was trained on its own rollout; beside the live decoding's acceptance by "
+                   "position in both conventions (P(prefix ≥ j): the accepted prefix reaches j; P(j | 1..j−1): conditional), "
+                   "tokens per target forward and speedup at T=1, the training-time τ and the training's CPU time.")
+
+
+def humaneval_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
+    """HumanEval (lab-eval or the end-of-run callback): pass@k and the decoding speed on its prompts; None when no run has it."""
+    rows_with = [v for v in sorted(variants, key=order_key) if v.stat("eval/humaneval/pass@1")[0] is not None]
+    if not rows_with:
+        return None
+    ks = sorted({int(name.rsplit("@", 1)[1]) for v in rows_with for r in v.ok for name in r["final"]
+                 if name.startswith("eval/humaneval/pass@")})
+    header = ["variant", "head", "K", "problems", *[f"pass@{k}" for k in ks], "plain pass@1", "differing completions",
+              "tokens/forward", "tokens/s", "speedup (median)"]
+    return header, [[v.label, fmt(v.head), fmt(v.k), v.cell("eval/humaneval/problems", 0), *[v.cell(f"eval/humaneval/pass@{k}", 3) for k in ks],
+                     v.cell("eval/humaneval/plain_pass@1", 3), v.cell("eval/humaneval/differing_completions", 0),
+                     v.cell("eval/humaneval/tokens_per_forward", 2), v.cell("eval/humaneval/decode_tokens_per_s", 1),
+                     v.cell("eval/humaneval/speedup_median", 2)] for v in rows_with]
+
+
+HUMANEVAL_NOTE = ("HumanEval (164 Python functions; `lab-eval RUN --task humaneval` or `callbacks.humaneval`): each completion "
+                  "runs with its tests in a sandbox; pass@k is the unbiased estimator over n samples (pass@1 greedy from one). "
+                  "A small model's 0.000 is an answer: it cannot write these functions. Tokens/forward and tokens/s are the "
+                  "decoding on these prompts (speculative when the evaluation drafted with the run's heads); with a paired "
+                  "evaluation, plain pass@1, the completions that differ (bf16 near-ties) and the median speedup.")
+
+
 def answer_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
     """Answer accuracy of a synthetic task, greedy next to teacher-forced; None when no run has it."""
     rows_with = [v for v in sorted(variants, key=order_key) if v.stat("val/answer_exact")[0] is not None]
@@ -360,6 +439,9 @@ def optional_sections(variants: list[Variant]) -> list[tuple[str, str, tuple[lis
     points = scaling_points(variants)
     candidates = [("Scaling (loss difference to ntp by model size)", SCALING_NOTE, scaling_table(points) if points else None),
                   ("Answer accuracy (synthetic tasks)", ANSWER_NOTE, answer_table(variants)),
+                  ("HumanEval", HUMANEVAL_NOTE, humaneval_table(variants)),
+                  ("Training-time acceptance", ACCEPTANCE_NOTE, acceptance_table(variants)),
+                  ("Drafter objectives", OBJECTIVES_NOTE, objectives_table(variants)),
                   ("Decoding (live, end of training)", DECODING_NOTE, decoding_table(variants)),
                   ("Next-token loss vs decoding speedup", LOSS_SPEEDUP_NOTE, loss_speedup_table(variants))]
     return [(title, note, table) for title, note, table in candidates if table is not None]

@@ -31,6 +31,7 @@ from lab.training.checked_groups import CheckedGroups
 from lab.model.mtp import MTPModel, build_model, model_config
 from lab.objective import Progress, evaluate_horizons
 from lab.objective.objective import Objective, typed
+from lab.objective.readings import read_horizons
 from lab.training.optim import OptimConfig, build_optimizer, matrix_parameters
 from lab.training.sharding import clip_gradient_norm
 from lab.training.router_balance import build_router_balance
@@ -103,7 +104,8 @@ class MTPLitModule(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         outputs = train_step(self.model, self.objective, batch, self.progress(), LightningOptimization(self),
-                             probes=self.step_probes, measure_memory=self.measures_memory(), router_balance=self.router_balance)
+                             probes=self.step_probes, measure_memory=self.measures_memory(),
+                             measure_acceptance=self.model.k > 1 and logs_this_step(self._trainer), router_balance=self.router_balance)
         self.consumed_tokens += outputs.tokens
         if logs_this_step(self._trainer):  # self.log costs; steps whose values no logger receives skip it
             self.log("train/objective", outputs.loss.to(torch.float32), prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
@@ -118,7 +120,8 @@ class MTPLitModule(pl.LightningModule):
     def validation_step(self, batch, batch_idx):
         horizons = self.model(batch)
         stats = evaluate_horizons(horizons)
-        return {"horizons": horizons, "stats": stats}
+        acceptance = read_horizons(horizons, with_acceptance=True).sums() if len(horizons) > 1 else None  # [K, 3]
+        return {"horizons": horizons, "stats": stats, "acceptance": acceptance}
 
     # ---- optimisation --------------------------------------------------------------
     def configure_optimizers(self):

@@ -90,6 +90,8 @@ class StepOutputs:
     active_horizons: int = 0  # horizons 1..n this step ran (the rest had λ = 0 for good and were skipped); 0: all K
     router_loss: Tensor | None = None  # [] α·Σ f_i P_i added to the step's loss (model.router.balance_loss_alpha); None: off
     draft_coverage: Tensor | None = None  # [K-1, 2] float64 over ranks, horizons 2..: (targets in the draft vocabulary, all); None: full vocabulary
+    acceptance: Tensor | None = None  # [n, 3] float64 over ranks, run horizons: (Σ α_k, Σ greedy agreement, rows compared); None: not read
+    truncation: Tensor | None = None  # [n, 2] float64 over ranks, run horizons: (rows kept, rows supervised before); None: no truncation
 
     @property
     def logits_live_bytes(self) -> int:
@@ -128,9 +130,11 @@ def train_step(
     *,
     probes: Sequence[StepProbe] = (),
     measure_memory: bool = False,
+    measure_acceptance: bool = False,
     router_balance: RouterBalance | None = None,
 ) -> StepOutputs:
     """One optimizer step on `batch`; `measure_memory` turns the saved-tensor meter on for this step;
+    `measure_acceptance` reads each horizon's expected acceptance and greedy agreement (no gradient);
     `router_balance` (model.router on an MoE model) adds the balance loss and moves the routers' biases."""
     optimization.zero_grad()
     meter = SavedTensorMeter(exclude=model.parameters()) if measure_memory else contextlib.nullcontext()
@@ -142,9 +146,13 @@ def train_step(
     with meter, recording:
         # 1. Forward: one Horizon (d-wide rows, labels, mask, projection) per predicted offset, horizons 1..live.
         horizons = objective.training_targets(model(batch, live))
+        #    Row readings without a gradient (own-target hits, α, agreement), then truncation at the first miss.
+        readings = objective.readings(horizons, measure_acceptance)
+        supervised = local_counts(horizons)  # [live] before truncation
+        horizons = objective.truncated(horizons, readings)
         # 2. Coefficients c_k from the valid counts (all-reduced for count_scope=global) and λ(progress).
         # [K] this rank's valid rows; a skipped horizon's come from its labels (Objective.skipped_masks)
-        rank_counts = local_counts(horizons, objective.skipped_masks(head, batch, horizons, getattr(model, "draft_ids", None)))
+        rank_counts = local_counts(horizons, objective.skipped_masks(head, batch, horizons, getattr(model, "draft_ids", None), readings))
         coeffs = objective.coefficients(rank_counts, batch["tokens"].numel(), progress)
         applied = coeffs.applied  # [K] float32: what this rank's backward multiplies each S_k by
         # 3. Probes read this step's graph before any backward; the meter does not count them.
@@ -190,6 +198,8 @@ def train_step(
         active_horizons=live,
         router_loss=None if router_loss is None else router_loss.detach(),
         draft_coverage=draft_coverage(horizons),
+        acceptance=None if readings is None or readings.accept is None else all_reduce_sum(readings.sums()),
+        truncation=all_reduce_sum(torch.stack([local_counts(horizons), supervised], dim=1)) if objective.truncates else None,
     )
 
 

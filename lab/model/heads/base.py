@@ -118,7 +118,9 @@ class Teacher:
     norm: RMSNorm  # the final norm (its `normalize` takes the detached weight)
     weight: torch.Tensor  # [V, d] detached horizon-1 projection
     ce_weight: float  # the data label's share of the per-row loss
-    kl_weight: float  # the distilled distribution's share
+    divergence: str  # the divergence from the teacher's distribution (lab/objective/targets.py: DIVERGENCES)
+    divergence_weight: float  # its share
+    eta: float = 3.0  # lk_hybrid's λ = exp(−η·α)
 
 
 @dataclass
@@ -162,6 +164,7 @@ class SharedParts:
     embed: nn.Embedding
     final_norm: RMSNorm
     unembedding: nn.Parameter  # [V, d]
+    draft_ids: torch.Tensor | None = None  # [N] the draft vocabulary (head.draft_vocab) horizons ≥ 2 choose from; None: all V
 
 
 def endpoint_horizon(k: int, rows: torch.Tensor, batch: dict, norm: RMSNorm, weight: torch.Tensor, offset: int | None = None) -> Horizon:

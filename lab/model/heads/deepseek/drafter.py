@@ -28,7 +28,8 @@ from lab.model.draft_vocab import draft_rows_of, logits_on_rows
 class ChainHead(Protocol):
     """What the chain asks of its head (lab.model.heads.deepseek.DeepSeekHead answers it)."""
 
-    depth: int  # D, the depth modules: drafts per round unless `draft_steps` says fewer
+    depth: int  # D, the depth modules
+    chain_steps: int  # steps the chain was trained for (D, or head.rollout_steps): drafts per round unless `draft_steps` says otherwise
 
     def chain_input(self, trunk_hidden: torch.Tensor, shared) -> torch.Tensor:
         """[n, d] trunk rows (before the final norm) -> [n, d] the state depth 1 reads."""
@@ -49,7 +50,7 @@ class DeepSeekChain:
     def __init__(self, state, draft_steps: int | None):
         self.state, self.model = state, state.model  # a lab.inference.target.CachedModel and its model
         self.head: ChainHead = state.model.head
-        self.max_drafts = self.head.depth if draft_steps is None else draft_steps
+        self.max_drafts = self.head.chain_steps if draft_steps is None else draft_steps
         self.seed_rows = []  # chunks [n_i, d] of the chain's input at committed target rows
         self.final_rows: dict[int, torch.Tensor] = {}  # step s -> [L_s, d] outputs of its final rows
         self.draft_blocks_s = 0.0  # time inside the depth modules (the ledger's draft blocks)

@@ -1,9 +1,17 @@
-"""DeepSeek-V3 MTP: D sequential modules with teacher forcing.
+"""DeepSeek-V3 MTP: D sequential modules with teacher forcing, or a self-fed rollout of them.
 
 Depth d (1..D) at source row t combines the previous depth's state for row t with the
 embedding of the ground-truth token t+d, and predicts token t+d+1 (horizon d+1):
 
     h^d[t] = Block(W_proj [RMSNorm(h^{d-1}[t]) ; RMSNorm(Embed(tokens[t+d]))])
+
+`head.rollout=self` trains the chain as decoding runs it (the seed's §0x06 and §0x09D): s =
+`head.rollout_steps` ≥ D steps, step j running module (j − 1) mod D + 1 on step j − 1's state (one
+module reused for every step when D = 1), so K = s + 1. Step j ≥ 2 reads the embedding of the token
+step j − 1 drafted at the same row (`head.rollout_tokens=drafted`: its greedy top-1, within the
+draft vocabulary when one is set; no gradient through the choice) or the data token
+(`rollout_tokens=data`, as DeepSeek). Step 1 reads the data token t+1, as decoding reads the
+frontier, so s = 1 is teacher-forced training exactly.
 
 Each depth has one row fewer than the previous one. Rows whose window t..t+d leaves the
 document (or hits a hole) have no state and are masked out as attention keys; rows with
@@ -15,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from lab.errors import ConfigError, require
 from lab.labels import chain_masks
@@ -28,6 +37,8 @@ FUSION_ORDERS = ("he", "eh")
 # What depth d + 1 reads from depth d: its block output (the paper's h^d), or that output after the shared
 # final norm (transformers' and vLLM's MTP loops pass on shared_head.norm's output).
 CHAIN_STATES = ("block_output", "normed")
+ROLLOUTS = ("teacher", "self")  # gold tokens through D modules, or s self-fed steps of them
+ROLLOUT_TOKENS = ("drafted", "data")  # what a self-fed step ≥ 2 embeds: the previous step's top-1, or the data token
 
 
 @dataclass
@@ -41,14 +52,25 @@ class DeepSeekConfig(HeadConfig):
     hidden_input: str = "pre_norm"  # the trunk state a depth-1 module consumes: before or after the final norm
     fusion_order: str = "he"  # [hidden ; embedding] or [embedding ; hidden] before the 2d→d projection
     chain_state: str = "block_output"  # what depth d + 1 reads from depth d (CHAIN_STATES)
+    rollout: str = "teacher"  # ROLLOUTS
+    rollout_steps: int | None = None  # rollout=self: chain steps s ≥ depth (default: depth); K = s + 1
+    rollout_tokens: str = "drafted"  # rollout=self: what step ≥ 2 embeds (ROLLOUT_TOKENS)
 
     def __post_init__(self) -> None:
-        """K follows from the depth (or the depth from K) before the fields are checked."""
-        if self.k is None and self.depth is not None:
-            self.k = self.depth + 1
+        """K follows from the chain's steps (or the depth from K) before the fields are checked."""
+        if self.rollout == "self" and self.rollout_steps is None:
+            self.rollout_steps = self.depth if self.depth is not None else (None if self.k is None else self.k - 1)
+        steps = self.rollout_steps if self.rollout == "self" else self.depth
+        if self.k is None and steps is not None:
+            self.k = steps + 1
         elif self.depth is None and self.k is not None:
             self.depth = self.k - 1
         super().__post_init__()
+
+    @property
+    def chain_steps(self) -> int:
+        """Steps the chain runs in training, and the drafts decoding makes per round by default."""
+        return self.rollout_steps if self.rollout == "self" else self.depth
 
 
 class DepthModule(nn.Module):
@@ -84,7 +106,12 @@ class DeepSeekHead(MTPHead):
     def check_config(cls, cfg):
         require(cfg.depth is not None, "head.depth", "must be set (an integer ≥ 1); K = depth + 1 follows")
         require(cfg.depth >= 1, "head.depth", f"must be ≥ 1, got {cfg.depth}")
-        require(cfg.k == cfg.depth + 1, "head.k", f"deepseek needs head.k = head.depth + 1 = {cfg.depth + 1}, got {cfg.k}")
+        cls.check_rollout(cfg)
+        if cfg.rollout == "self":
+            require(cfg.k == cfg.rollout_steps + 1, "head.k",
+                    f"a self-fed rollout of {cfg.rollout_steps} steps predicts K = head.rollout_steps + 1 = {cfg.rollout_steps + 1}, got {cfg.k}")
+        else:
+            require(cfg.k == cfg.depth + 1, "head.k", f"deepseek needs head.k = head.depth + 1 = {cfg.depth + 1}, got {cfg.k}")
         super().check_config(cfg)
         require(cfg.unembedding == "shared", "head.unembedding", "deepseek shares the trunk's output head; allowed: shared")
         # Depth d consumes token t+d and predicts t+d+1: the chain is contiguous by construction.
@@ -94,6 +121,21 @@ class DeepSeekHead(MTPHead):
                                      ("head.chain_state", cfg.chain_state, CHAIN_STATES)):
             if value not in allowed:
                 raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
+
+    @staticmethod
+    def check_rollout(cfg) -> None:
+        for name, value, allowed in (("head.rollout", cfg.rollout, ROLLOUTS), ("head.rollout_tokens", cfg.rollout_tokens, ROLLOUT_TOKENS)):
+            if value not in allowed:
+                raise ConfigError(name, f"unknown '{value}'; allowed: {', '.join(allowed)}")
+        if cfg.rollout == "teacher":
+            require(cfg.rollout_steps is None, "head.rollout_steps",
+                    "sets the steps of a self-fed rollout: it needs head.rollout=self (teacher forcing runs head.depth steps)")
+            return
+        steps = cfg.rollout_steps
+        require(isinstance(steps, int) and not isinstance(steps, bool) and steps >= cfg.depth, "head.rollout_steps",
+                f"must be an integer ≥ head.depth={cfg.depth} (each depth module runs at least once), got {steps!r}")
+        require(not cfg.share_depth_weights, "head.share_depth_weights",
+                "a self-fed rollout already reuses its modules (step j runs module (j − 1) mod D + 1); set head.depth=1 for one module")
 
     def __init__(self, cfg, model_cfg):
         super().__init__(cfg, model_cfg)
@@ -106,20 +148,33 @@ class DeepSeekHead(MTPHead):
         self.depth_modules = nn.ModuleList(DepthModule(model_cfg, cfg.fusion_order, native, d) for d in range(n_modules))
 
     def horizon_of(self, name):
-        if name.startswith("depth_modules.") and self.cfg.share_depth_weights:
-            return "all"  # one module serves every depth
+        if name.startswith("depth_modules.") and (self.cfg.share_depth_weights or self.cfg.chain_steps > self.depth):
+            return "all"  # one module serves several steps
         return super().horizon_of(name)
 
     @staticmethod
     def head_blocks(cfg) -> int:
-        # One block per depth, whether or not the depths share weights (D applications per token).
+        # One block per chain step, whether or not the steps share weights (D, or s self-fed, applications per token).
+        if cfg.rollout == "self" and cfg.rollout_steps is not None:
+            return cfg.rollout_steps
         return cfg.depth if cfg.depth is not None else cfg.k - 1
+
+    @property
+    def chain_steps(self) -> int:
+        return self.cfg.chain_steps
 
     def forward_flops(self, seq_len, model_cfg):
         d = model_cfg.d_model
-        rows = [seq_len - depth for depth in range(1, self.depth + 1)]  # depth d runs on S-d rows
+        rows = [seq_len - step for step in range(1, self.chain_steps + 1)]  # step j runs on S-j rows
         block = self.depth_modules[0].block
         return sum(2 * r * (2 * d) * d + head_block_flops(block, model_cfg, r) for r in rows)  # 2d→d projection + block
+
+    @torch.no_grad()
+    def greedy_tokens(self, output: torch.Tensor, shared) -> torch.Tensor:
+        """[B, n, d] a step's rows -> [B, n] their top-1 ids (within the draft vocabulary when one is set)."""
+        weight = shared.unembedding if shared.draft_ids is None else shared.unembedding[shared.draft_ids]  # [V or N, d]
+        choice = F.linear(shared.final_norm(output), weight).argmax(-1)  # [B, n]
+        return choice if shared.draft_ids is None else shared.draft_ids[choice]
 
     def module_at(self, d: int) -> DepthModule:
         return self.depth_modules[0 if self.cfg.share_depth_weights else d - 1]
@@ -160,11 +215,14 @@ class DeepSeekHead(MTPHead):
         horizons = [self.endpoint(1, trunk_hidden, batch, shared)]
         state = shared.final_norm(trunk_hidden) if self.cfg.hidden_input == "post_norm" else trunk_hidden  # [B, S, d]
         state = self.extra_horizon_input(state)
-        for d in range(1, self.horizons_to_run(n_horizons)):  # depth d serves horizon d + 1
+        drafted = None  # [B, S-d+1] step d−1's top-1 at each row (self-fed rollout with drafted tokens)
+        for d in range(1, self.horizons_to_run(n_horizons)):  # step d serves horizon d + 1
             state_mask, loss_mask = chain_masks(batch["active"], batch["segment_ids"], d, batch.get("target_mask"))  # [B, S-d], [B, S-d-1]
-            teacher = shared.embed(inputs[:, d:])  # [B, S-d, d]: inputs[t+d]
-            output = self.module_at(d)(state[:, : seq_len - d], teacher, self._depth_context(batch, state_mask, d))  # [B, S-d, d]
+            read = inputs[:, d:] if drafted is None else drafted[:, : seq_len - d]  # [B, S-d]: token t+d, data or drafted at row t
+            output = self.chain_module(d)(state[:, : seq_len - d], shared.embed(read), self._depth_context(batch, state_mask, d))  # [B, S-d, d]
             state = self.next_depth_input(output, shared)  # [B, S-d, d]
+            if self.cfg.rollout == "self" and self.cfg.rollout_tokens == "drafted":
+                drafted = self.greedy_tokens(output, shared)  # [B, S-d]: step d's draft of token t+d+1 at row t
             horizons.append(
                 Horizon(
                     k=d + 1,

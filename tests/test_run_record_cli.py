@@ -219,14 +219,16 @@ def test_an_unwritable_wandb_folder_in_an_existing_run_dir_is_one_line_naming_it
     assert sorted(p.name for p in run.iterdir()) == ["wandb"]
 
 
-def test_a_full_disk_before_the_first_write_is_one_line_and_leaves_nothing(tmp_path, cache_dir):
-    """Issue 38: Hydra's config save ended in a 9-line traceback, an empty .hydra/config.yaml, .lock and train.log."""
+@pytest.mark.parametrize("filler", ["", "count=12"], ids=["no byte free", "16 KiB free"])
+def test_a_full_disk_before_the_first_write_is_one_line_and_leaves_nothing(tmp_path, cache_dir, filler):
+    """Issue 38: Hydra's config save ended in a 9-line traceback, an empty .hydra/config.yaml, .lock and train.log.
+    Issue 56: with 16 KiB free the write probe's os.write took part of its bytes without an error."""
     if os.geteuid() != 0 or not unshare_works("--mount"):
         pytest.skip("needs a private mount namespace to mount a small tmpfs")
     full = tmp_path / "full"
     full.mkdir()
     # The tmpfs lives as long as the namespace: what is left in it is listed from inside, after lab-train ends.
-    fill_run_list = ('mount -t tmpfs -o size=64k tmpfs "$0" && { dd if=/dev/zero of="$0/filler" bs=4k 2>/dev/null; '
+    fill_run_list = (f'mount -t tmpfs -o size=64k tmpfs "$0" && {{ dd if=/dev/zero of="$0/filler" bs=4k {filler} 2>/dev/null; '
                      '"$@"; code=$?; echo "left: $(ls -A "$0" | tr "\\n" " ")"; exit $code; }')
     out = run_cli(*TINY, f"hydra.run.dir={full}/run", cache_dir=cache_dir, cwd=tmp_path, prefix=("unshare", "--mount", "sh", "-c", fill_run_list, str(full)))
     assert out.returncode == 2, out.stderr[-3000:]

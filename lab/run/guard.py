@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -47,23 +48,38 @@ PROBE_BYTES = 64 * 1024  # more than Hydra's config files and a first run.json: 
 
 
 def require_writable(folder: Path, field: str) -> None:
-    """Create `folder` if needed and write/remove a probe file in it; refuse with one line otherwise."""
+    """Create `folder` if needed and write/remove a probe file in it; refuse with one line otherwise (and remove
+    the folders this check made, so a refused start leaves nothing behind)."""
     folder = Path(folder)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # the folders mkdir is about to create, deepest first
     probe = folder / f".write-probe-{os.getpid()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                os.write(fd, bytes(PROBE_BYTES))
+                write_all(fd, bytes(PROBE_BYTES))
                 os.fsync(fd)
             finally:
                 os.close(fd)
         finally:
             probe.unlink(missing_ok=True)
     except OSError as error:
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only if still empty
         where = folder if error.filename in (None, str(probe)) else error.filename
         raise ConfigError(field, f"cannot write {where}: {cause(error)}") from None
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte of `data`, or OSError(ENOSPC): a nearly full disk takes part of a write and returns its count."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
 
 
 def require_readable(file: Path, field: str) -> None:

@@ -161,6 +161,18 @@ def test_rebuild_is_idempotent_byte_for_byte(fake_sweep):
     assert digests(fake_sweep) == first
 
 
+def test_a_rebuild_removes_what_a_killed_lab_report_left_and_keeps_a_live_writers_temp(fake_sweep):
+    """Issue 56: `kill -9` while figures are written leaves `figures/.<name>.<pid>-<hex>.tmp`."""
+    build_sweep_report(fake_sweep)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    stale = [fake_sweep / "figures" / f".val_loss.png.{dead}-0123abcd.tmp", fake_sweep / f".report.md.{dead}-89abcdef.tmp"]
+    live = fake_sweep / "figures" / f".val_loss.png.{os.getpid()}-00000000.tmp"  # this process is still writing it
+    for path in (*stale, live):
+        path.write_bytes(b"half a file")
+    build_sweep_report(fake_sweep)
+    assert not any(path.exists() for path in stale) and live.exists()
+
+
 def test_analysis_figures_are_deterministic(fake_sweep, tmp_path):
     runs = [subprocess.run([sys.executable, "-m", "analysis.paper_figures", str(fake_sweep), "--out", str(tmp_path / f"out{i}")],
                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT) for i in range(2)]

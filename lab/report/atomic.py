@@ -9,8 +9,11 @@ temp file away (one fixed `<name>.tmp` made the second writer's rename fail).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
+
+TEMP_NAME = re.compile(r"^\..+\.(?P<pid>\d+)-[0-9a-f]{8}\.tmp$")  # what temp_beside names
 
 
 def temp_beside(path: Path) -> Path:
@@ -28,3 +31,25 @@ def write_text_atomic(path: Path, text: str) -> Path:
     finally:
         tmp.unlink(missing_ok=True)  # only left when the write or the rename failed
     return path
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Remove the temp files a killed writer left in `folder` (named by temp_beside, their pid no longer running);
+    a live writer's stay. Returns what was removed."""
+    removed = []
+    for path in Path(folder).glob(".*.tmp") if Path(folder).is_dir() else ():
+        match = TEMP_NAME.match(path.name)
+        if match and not pid_running(int(match.group("pid"))):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.report.sweep_figures import write_report_figures
-from lab.report.atomic import write_text_atomic
+from lab.report.atomic import remove_stale_temps, write_text_atomic
 from lab.report.records import FIGURES_DIR, ReportError, Sweep, collect_sweep
 from lab.report.render import findings, html_page, markdown
 from lab.report.scaling import write_scaling_figures
@@ -49,6 +49,8 @@ def build_report(sweep: Sweep, out_dir: str | Path, baseline: str | None = None)
     groups = variants(sweep.records, baseline)  # refuses an unknown baseline before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for folder in (out, out / FIGURES_DIR):
+        remove_stale_temps(folder)  # a killed lab-report's half-written files
     runs_csv = write_text_atomic(out / "runs.csv", runs_csv_text(sweep.records))
     write_text_atomic(out / "history.csv", history_csv_text(sweep.records))
     figures = write_report_figures(groups, out / FIGURES_DIR) + write_scaling_figures(groups, out / FIGURES_DIR)

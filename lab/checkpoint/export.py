@@ -31,6 +31,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lab.checkpoint import check_state_aliases, load_checkpoint, plain
+from lab.checkpoint.weight_check import check_weights
 from lab.errors import ConfigError, require
 from lab.checkpoint.files import honour_umask
 from lab.checkpoint.base_model import base_state_keys, check_same_base, with_base_weights
@@ -181,6 +182,11 @@ def fixed_base_keys(model: MTPModel) -> set[str]:
 
 def load_release_state(model: MTPModel, tensors: dict, base_keys: set[str]) -> None:
     """Load a release's tensors; the keys it lacks must be exactly the base weights `model` read from model.path."""
+    expected = model.state_dict()
+    for key, tensor in tensors.items():  # load_state_dict's size-mismatch error is a multi-line RuntimeError
+        if key in expected and tuple(tensor.shape) != tuple(expected[key].shape):
+            raise ConfigError("release", f"model.safetensors does not fit its config.json (tensor {key} has shape {tuple(tensor.shape)}, "
+                                         f"the config's model needs {tuple(expected[key].shape)})")
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     if unexpected or set(missing) != base_keys:
         what = sorted(unexpected) or sorted(set(missing) ^ base_keys)
@@ -191,14 +197,37 @@ def load_release(folder: str | os.PathLike) -> MTPModel:
     """The released model (a next-token `ntp`/`linear` K = 1 model, or the full one with --keep-heads), in eval mode.
     A release with a `base` entry holds heads (+ adapters) only: the base comes from its model.path, identity checked."""
     folder = Path(folder)
-    config = json.loads((folder / "config.json").read_text())
+    config = release_config(folder)
     model = build_release_model(config["model"], config["head"])
     base = config.get("base")
     if base is not None:
         check_same_base(base, model)
+    tensors = release_tensors(folder)  # a truncated or foreign file: one line before anything reads its header
     audit_folder(folder, next(model.parameters()).dtype)  # no quantised tensor cast quietly, float casts said
-    load_release_state(model, load_file(folder / "model.safetensors"), fixed_base_keys(model) if base is not None else set())
+    check_weights(tensors, "release", str(folder / "model.safetensors"))
+    load_release_state(model, tensors, fixed_base_keys(model) if base is not None else set())
     return model.eval()
+
+
+def release_config(folder: Path) -> dict:
+    """config.json of a release folder, or one line saying why it cannot be read."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError("release", f"{folder / 'config.json'} is not readable JSON ({str(error).splitlines()[0]})") from None
+    missing = [key for key in ("model", "head") if not isinstance(config.get(key) if isinstance(config, dict) else None, dict)]
+    if missing:
+        raise ConfigError("release", f"{folder / 'config.json'} has no {missing[0]!r} section (not a lab-export release)")
+    return config
+
+
+def release_tensors(folder: Path) -> dict:
+    """model.safetensors' tensors, or one line saying it is truncated or not a safetensors file."""
+    try:
+        return load_file(folder / "model.safetensors")
+    except Exception as error:  # safetensors raises its own SafetensorError (and OSError for a missing file)
+        raise ConfigError("release", f"{folder / 'model.safetensors'} is truncated or not a safetensors file "
+                                     f"({str(error).splitlines()[0][:160]})") from None
 
 
 def load_release_tokenizer(folder: str | os.PathLike):
@@ -250,11 +279,39 @@ def formats() -> dict[str, tuple]:
     return {**OWN_FORMATS, **{name: (write_head_layout(layout), layout.help) for name, layout in release_layouts().items()}}
 
 
-def check_folder(folder: str) -> int:
-    """`lab-export --check DIR`: the verdict of the release layout that checks DIR (lab/checkpoint/layouts.py)."""
-    from lab.checkpoint.layouts import RELEASE_IO, checking_layout
+def is_own_release(folder: Path) -> bool:
+    """A folder lab-export wrote in its own format (`--format lab`): config.json with a lab manifest's sections."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return (folder / "model.safetensors").is_file()  # damaged, but what lab-export writes: its own check names the defect
+    return isinstance(config, dict) and "model" in config and "head" in config and "tokenizer" in config
 
-    layout = checking_layout(Path(folder))
+
+def check_own_release(folder: Path) -> int:
+    """`lab-export --check DIR` on the harness's own release: what load_release accepts (config, tensors, shapes,
+    dtypes, finite values) and the tokenizer; PASS (0) or FAIL naming the defect (1)."""
+    try:
+        model = load_release(folder)
+        load_release_tokenizer(folder)
+    except ConfigError as error:
+        print(f"{folder}: lab release: FAIL ({error})")
+        return 1
+    tensors = len(model.state_dict())
+    print(f"{folder}: lab release: PASS (head {model.head_cfg.name} K={model.k}, {tensors} tensors of the config's shapes, "
+          "float and finite; its tokenizer loads)")
+    return 0
+
+
+def check_folder(folder: str) -> int:
+    """`lab-export --check DIR`: the harness's own release by its own rules, else the verdict of the release layout
+    that checks DIR (lab/checkpoint/layouts.py)."""
+    from lab.checkpoint.layouts import RELEASE_IO, checking_layout, layout_of_folder
+
+    path = Path(folder)
+    if layout_of_folder(path) is None and is_own_release(path):
+        return check_own_release(path)
+    layout = checking_layout(path)
     require(layout is not None, "--check", "no registered release layout checks folders")
     return layout.check(folder, RELEASE_IO)
 

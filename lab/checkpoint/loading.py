@@ -21,6 +21,7 @@ import torch
 
 from lab.checkpoint.base_model import with_base_weights
 from lab.checkpoint.manifest import alias_key_groups, compare_manifests
+from lab.checkpoint.weight_check import check_weights
 from lab.errors import ConfigError
 
 # ---------------------------------------------------------------------- safe loading
@@ -110,6 +111,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     digest = checkpoint.get("mtp_digest")
     if digest is not None and digest != content_digest(checkpoint):
         raise ConfigError("checkpoint", f"{path} is corrupted (content digest mismatch); {_siblings(path)}")
+    check_weights(checkpoint["state_dict"], "checkpoint", str(path))
     return checkpoint
 
 

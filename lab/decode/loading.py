@@ -7,7 +7,6 @@ release layout (lab/checkpoint/layouts.py).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +42,9 @@ def load_for_generation(path: str | os.PathLike) -> Loaded:
         loaded = layout.load(path, RELEASE_IO)
         return Loaded(loaded.model, loaded.tokenizer, None, layout.name, loaded.proposer_refusal)
     if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
-        from lab.checkpoint.export import load_release, load_release_tokenizer
+        from lab.checkpoint.export import load_release, load_release_tokenizer, release_config
 
-        config = json.loads((path / "config.json").read_text())
+        config = release_config(path)
         context = (config.get("parent_manifest") or {}).get("seq_len")
         return Loaded(load_release(path), load_release_tokenizer(path), context, "release")
     if path.is_dir():

@@ -60,7 +60,12 @@ def is_deepseek_folder(path: Path) -> bool:
     config = path / "config.json"
     if not (path.is_dir() and config.is_file()):
         return False
-    values = json.loads(config.read_text())
+    try:
+        values = json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # not a Hugging Face folder this layout can read: the others (or lab-generate's own line) decide
+    if not isinstance(values, dict):
+        return False
     values = values.get("text_config", values)
     return "num_nextn_predict_layers" in values or "num_mtp_layers" in values
 

@@ -101,8 +101,13 @@ def base_identity_of_folder(folder: Path, hf_config) -> dict:
 
 def is_medusa_folder(path: Path) -> bool:
     config = path / "config.json"
-    return path.is_dir() and config.is_file() and (path / "model.safetensors").is_file() and \
-        json.loads(config.read_text()).get("model_type") == VLLM_MODEL_TYPE
+    if not (path.is_dir() and config.is_file() and (path / "model.safetensors").is_file()):
+        return False
+    try:
+        values = json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # unreadable: not recognisably a Medusa export (the harness's own loader names the defect)
+    return isinstance(values, dict) and values.get("model_type") == VLLM_MODEL_TYPE
 
 
 def load_medusa(io: ReleaseIO, folder: str | Path):

@@ -1,0 +1,29 @@
+"""One check of the weights every loading path reads (a training checkpoint for ckpt_path, init_from, lab-generate and
+lab-export; a release folder): what the harness writes is float weights with finite values, so a tensor stored in a
+quantised dtype (int8, uint8, float8: a cast without its scales) or holding NaN / inf is refused in one line naming
+it, before anything loads it into a model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from lab.errors import ConfigError
+
+QUANTISED = tuple(getattr(torch, name) for name in ("int8", "uint8", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                                      "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2") if hasattr(torch, name))
+
+
+def check_weights(tensors: Mapping[str, object], field: str, source: str) -> None:
+    """Refuse the first quantised or non-finite tensor of `tensors` (name → tensor; other values are skipped)."""
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        if tensor.dtype in QUANTISED:
+            raise ConfigError(field, f"{source}: tensor {name} is stored as {str(tensor.dtype).removeprefix('torch.')}, a quantised dtype "
+                                     "(the harness writes float weights; a cast without its scales changes the model)")
+        if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ConfigError(field, f"{source}: tensor {name} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf) "
+                                     f"of {tensor.numel()}")

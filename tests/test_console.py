@@ -59,6 +59,7 @@ def test_a_fresh_five_step_run_is_quiet_has_prefixed_wandb_config_and_validates_
         (["ckpt_path={corrupt}"], "error: checkpoint: {corrupt} is truncated or corrupted (RuntimeError: PytorchStreamReader "
                                   "failed reading zip archive: failed finding central directory); "),
         (["head=deepseek", "head.depth=2", "head.k=4"], "error: head.k: deepseek needs head.k = head.depth + 1 = 3, got 4"),
+        (["head=parallel", "head.k=2", "head.draft_vocab=ten"], "error: head.draft_vocab: value 'ten' of type 'str' could not be converted to Integer"),
     ],
 )
 def test_bad_input_is_one_line_and_leaves_no_run_folder(tmp_path, cache_dir, overrides, expected):
@@ -75,6 +76,19 @@ def test_bad_input_is_one_line_and_leaves_no_run_folder(tmp_path, cache_dir, ove
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(expected.format(**paths)), result.stderr[-2000:]
     assert not run_dir.exists()
+
+
+def test_a_model_path_naming_a_file_says_so(tmp_path):
+    """Issue 56: an existing file was reported as "no such folder"."""
+    from lab.errors import ConfigError
+    from lab.model.hf_trunk import local_folder
+
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"^model\.path: .*model\.safetensors is a file, not a folder; give the folder of a Hugging Face model"):
+        local_folder(str(weights), "model.path")
+    with pytest.raises(ConfigError, match=r"^model\.path: no such folder"):
+        local_folder(str(tmp_path / "absent"), "model.path")
 
 
 def zip_prefix() -> bytes:

@@ -9,6 +9,8 @@ close to a real one). Sweep lists (`head.k=2,4`) are checked value by value.
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -91,8 +93,20 @@ def compose(conf_dir: Path, overrides: list[str], with_hydra: bool = False) -> D
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
             return hydra_compose("train", overrides=overrides, return_hydra_config=with_hydra)
-    except Exception as error:  # a group file that does not compose: Hydra's own first line
-        raise ConfigError("command line", str(error).strip().splitlines()[0]) from None
+    except Exception as error:  # a group file that does not compose: Hydra's own first line, or its cause's
+        raise composition_error(error) from None
+
+
+def composition_error(error: Exception) -> ConfigError:
+    """One line for a config Hydra cannot compose: the key and the reason OmegaConf gives (`head.draft_vocab=ten`:
+    the schema's type), else Hydra's own first line."""
+    cause = error.__cause__
+    detail = str(cause or "")
+    key = re.search(r"full_key: (\S+)", detail)
+    if key is not None:
+        reason = detail.strip().splitlines()[0]
+        return ConfigError(key.group(1), reason[:1].lower() + reason[1:])
+    return ConfigError("command line", str(error).strip().splitlines()[0])
 
 
 CHECKED_TYPES = (bool, int, float)  # a default's type that an override must keep (strings take anything)

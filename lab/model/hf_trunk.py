@@ -107,6 +107,9 @@ def local_folder(value: str, field: str) -> Path:
     if hub_like:
         raise ConfigError(field, f"'{value}' is not a local folder; it looks like a Hugging Face hub name, and the hub is "
                                  "unreachable (runs are offline): download it elsewhere and give its local folder")
+    if folder.exists():
+        raise ConfigError(field, f"{value} is a file, not a folder; give the folder of a Hugging Face model (config.json, weights, "
+                                 "tokenizer), or a .gguf file")
     raise ConfigError(field, f"no such folder: {value}")
 
 

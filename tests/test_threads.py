@@ -4,6 +4,7 @@ property that makes a load-dependent thread count safe: 1 and 2 threads train bi
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 
 import pytest
@@ -33,6 +34,8 @@ def spin(seconds: float) -> None:
 
 def test_the_sample_sees_another_process_spinning_and_not_this_one():
     quiet = busy_cores_elsewhere()
+    if quiet > os.cpu_count() - 0.8:  # the sample cannot exceed the core count: a spinner on a full machine shows nothing
+        pytest.skip(f"no idle core to show a spinning process on ({quiet:.2f} of {os.cpu_count()} cores busy elsewhere)")
     spinner = multiprocessing.Process(target=spin, args=(3.0,))
     spinner.start()
     try:

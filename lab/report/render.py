@@ -384,8 +384,8 @@ def objectives_table(variants: list[Variant]) -> tuple[list[str], list[list[str]
 
 
 def training_cpu_s(variant: Variant) -> float | None:
-    """The training's CPU seconds (the worker thread's, else the process's), mean over the variant's jobs."""
-    return variant.cost("train_thread_cpu_s") or variant.cost("train_process_cpu_s")
+    """The training's CPU seconds (the process's: every torch thread; else the worker thread's), mean over the variant's jobs."""
+    return variant.cost("train_process_cpu_s") or variant.cost("train_thread_cpu_s")
 
 
 OBJECTIVES_NOTE = ("Drafter objectives (lab/objective/targets.py, readings.py; head.rollout): what horizons ≥ 2 learned from "

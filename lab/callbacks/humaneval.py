@@ -28,11 +28,27 @@ def settings_from(problems: int | str = 0, samples: int = 1, temperature: float 
             f"is {problems!r}; allowed: 0 (off), a number of problems (the first N), or all")
     if problems == 0:
         return None
-    ks = (k,) if isinstance(k, int) else tuple(k)
+    ks = k_values(k)
+    require(bool(ks) and all(isinstance(v, int) and not isinstance(v, bool) for v in ks), f"{PREFIX}k",
+            f"is {k!r}; allowed: an integer or a list of integers (the k of pass@k), each ≤ samples")
+    for name, value, kind in (("samples", samples, int), ("max_new_tokens", max_new_tokens, int), ("seed", seed, int),
+                              ("temperature", temperature, (int, float)), ("wall_s", wall_s, (int, float))):
+        require(isinstance(value, kind) and not isinstance(value, bool), f"{PREFIX}{name}",
+                f"is {value!r}; allowed: {'an integer' if kind is int else 'a number'}")
+    require(isinstance(speculative, bool), f"{PREFIX}speculative", f"is {speculative!r}; allowed: true or false")
     settings = EvalSettings("humaneval", samples, temperature, ks, max_new_tokens, None if problems == "all" else problems, speculative,
                             False, seed, wall_s)
     check_settings(settings, prefix=PREFIX)
     return settings
+
+
+def k_values(k) -> tuple:
+    """`k: 10` or `k: [1, 10]` as a tuple; () for anything else (a string, a mapping)."""
+    if isinstance(k, int) and not isinstance(k, bool):
+        return (k,)
+    if isinstance(k, (str, dict)) or not hasattr(k, "__iter__"):
+        return ()
+    return tuple(k)
 
 
 class HumanEvalAtEnd(pl.Callback):

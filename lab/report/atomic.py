@@ -39,17 +39,18 @@ def remove_stale_temps(folder: Path) -> list[Path]:
     removed = []
     for path in Path(folder).glob(".*.tmp") if Path(folder).is_dir() else ():
         match = TEMP_NAME.match(path.name)
-        if match and not pid_running(int(match.group("pid"))):
+        if match and not pid_alive(int(match.group("pid"))):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
 
 
-def pid_running(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (someone else's live process counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # someone else's process
+        return True  # someone else's live process
     return True

@@ -30,13 +30,14 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from lab.report.atomic import pid_alive
 
 from lab.report.sweep_plan import read_plan
 
@@ -198,15 +199,7 @@ def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
 
 def process_alive(pid, host) -> bool:
     """Whether `pid` still runs (only knowable on its own host; a pid reused since is taken as alive)."""
-    if host != socket.gethostname() or not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return host == socket.gethostname() and isinstance(pid, int) and pid_alive(pid)
 
 
 def running_status(payload: dict, history: dict) -> tuple[str, str]:

@@ -21,6 +21,7 @@ import socket
 from pathlib import Path
 
 from lab.errors import ConfigError
+from lab.report.atomic import pid_alive
 
 LOCK_NAME = ".lock"
 _held: dict[str, int] = {}  # resolved lock path -> open descriptor (closing it releases the lock)
@@ -38,16 +39,6 @@ def holder_of(path: Path) -> tuple[int | None, str]:
         return int(pid.removeprefix("pid ")), host
     except (OSError, ValueError):
         return None, ""
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
 
 
 def _stale_or_busy(path: Path) -> bool:

@@ -29,6 +29,7 @@ CONFIG_CASES = [
     (["trainer.accelerator=tpu"], "trainer.accelerator"),
     (["trainer.log_every_n_steps=-1"], "trainer.log_every_n_steps"),
     (["data.max_val_rows=0"], "data.max_val_rows"),
+    (["data.max_train_rows=0"], "data.max_train_rows"),
     (["head=parallel", "head.block=native"], "head.block"),  # the HF model's own layer: model=hf only
     # issue 38: Lightning's 5-line error after the run folder was made
     (["callbacks.checkpoint.every_n_train_steps=-1"], "callbacks.checkpoint.every_n_train_steps"),

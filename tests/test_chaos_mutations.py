@@ -28,7 +28,7 @@ GROUPS = ("model", "head", "data", "optim", "trainer", "reduction", "weights", "
 SAMPLE = 40  # mutations per run (of several hundred): a few minutes on two cores
 # Sizes whose large values are a valid request for a huge model or corpus, not a bad input: their range mutation is skipped.
 SIZE_FIELDS = ("d_model", "n_layers", "n_heads", "mlp_ratio", "max_docs", "max_steps", "batch_size", "seq_len", "vocab_size",
-               "max_val_rows", "k", "depth", "num_workers", "num_proc")
+               "max_val_rows", "max_train_rows", "k", "depth", "num_workers", "num_proc")
 
 
 def typed_fields(cfg: DictConfig) -> list[tuple[str, object]]:

@@ -303,6 +303,20 @@ def make_module(path, tmp_path, **overrides):
     return module
 
 
+def test_max_train_rows_takes_the_first_training_rows_and_keeps_validation(jsonl_corpus, tmp_path):
+    """A data curve cuts one corpus: the capped run trains on a prefix of the full one's rows, validates on the same."""
+    full = make_module(jsonl_corpus, tmp_path, max_val_rows=3)
+    capped = make_module(jsonl_corpus, tmp_path, max_val_rows=3, max_train_rows=5)
+    assert len(full.train_rows) > 5 and len(capped.train_rows) == 5
+    assert torch.equal(capped.train_rows.as_dict()["tokens"], full.train_rows.as_dict()["tokens"][:5])  # [5, S]
+    assert torch.equal(capped.val_rows.as_dict()["tokens"], full.val_rows.as_dict()["tokens"])
+
+
+def test_max_train_rows_is_refused_for_a_streamed_corpus(jsonl_corpus, tmp_path):
+    with pytest.raises(ConfigError, match="data.max_train_rows"):
+        make_module(jsonl_corpus, tmp_path, max_train_rows=5, streaming=True)
+
+
 def first_batches(loader, n=3):
     batches = []
     for batch in loader:

@@ -38,6 +38,7 @@ class DataConfig:
     num_workers: int = 0
     cache_dir: str | None = None
     max_val_rows: int | None = None
+    max_train_rows: int | None = None  # the first N packed training rows (a data curve over one corpus and one validation set)
     shuffle: bool = True
     num_proc: int | None = None
     streaming: bool = False
@@ -92,6 +93,9 @@ class DataConfig:
         _require_int(self.seed, "data.seed", minimum=None)
         _require_int(self.num_workers, "data.num_workers", minimum=0)
         _require_int(self.max_val_rows, "data.max_val_rows", minimum=1, optional=True)  # 0 rows: no validation metric at all
+        _require_int(self.max_train_rows, "data.max_train_rows", minimum=1, optional=True)
+        require(self.max_train_rows is None or not self.streaming, "data.max_train_rows",
+                "caps the packed rows of a prepared corpus; a streamed one has no row order to cut (use data.max_docs)")
         _require_int(self.num_proc, "data.num_proc", minimum=1, optional=True)
         _require_int(self.shuffle_buffer, "data.shuffle_buffer", minimum=1)
         for flag in ("shuffle", "streaming"):

@@ -89,6 +89,7 @@ class LMDataModule(RowsDataModule):
         num_workers: int = 0,
         cache_dir: str | None = None,
         max_val_rows: int | None = None,
+        max_train_rows: int | None = None,
         shuffle: bool = True,
         num_proc: int | None = None,
         streaming: bool = False,
@@ -143,7 +144,7 @@ class LMDataModule(RowsDataModule):
             return
         train_docs = self._tokenize(corpus, "train", tokenizer)
         val_docs = self._tokenize(corpus, "val", tokenizer)
-        train_rows = MappedRows(TokenStream(train_docs), config.seq_len, tokenizer.pad_id)
+        train_rows = MappedRows(TokenStream(train_docs), config.seq_len, tokenizer.pad_id).head(config.max_train_rows)
         val_rows = MappedRows(TokenStream(val_docs), config.seq_len, tokenizer.pad_id).head(config.max_val_rows)
         require(
             len(train_rows) >= config.batch_size,

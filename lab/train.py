@@ -14,6 +14,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lab.run.startup_signals import quiet_ctrl_c_while_importing
+
+if __name__ == "__main__" or Path(sys.argv[0]).name == "lab-train":
+    quiet_ctrl_c_while_importing("lab-train")  # the imports below take seconds (torch): Ctrl-C there is one line, not 30
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -27,8 +32,10 @@ from lab.config.preflight import experiment_listing, preflight
 from lab.config.resolvers import register_resolvers
 from lab.run.attempts import begin_attempt, close_attempt, failure_reason, final_value, nothing_left
 from lab.run.guard import check_not_overwriting, check_paths, discard_new_run_dir
-from lab.run.orphan import stop_when_orphaned
+from lab.run.orphan import running_job, stop_when_orphaned
 from lab.run.record import INTERRUPTED, RunRecord
+from lab.run.resume_config import check_resume_config
+from lab.run.startup_signals import StartUpInterrupted, start_up
 from lab.tracking.wandb_reach import check_wandb_reachable
 from lab.tracking.wandb_status import finish_wandb, mark_wandb_run_failed
 
@@ -50,6 +57,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.draft_vocab import choose_draft_vocab
     from lab.model.mtp import check_vocabulary, fill_vocab_size
 
+    settle_unused_settings(cfg, record)
     checked = check_config(cfg)
     settle_threads(cfg, record)  # before anything computes: model conversion, data, generated rows, caches
     if record is not None:
@@ -87,6 +95,19 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         print("cost:\n" + format_cost_table(cost))
         record.update(cost=cost, manifest=build_manifest(module, datamodule), corpus_stats=datamodule.corpus_stats)
     return datamodule, module
+
+
+def settle_unused_settings(cfg: DictConfig, record: RunRecord | None) -> None:
+    """A sweep job's settings that change nothing: noted, recorded and run at their defaults (a single run
+    refused them before its folder existed; lab/config/unused.py)."""
+    if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
+        return
+    from lab.config.checks import typed_head
+    from lab.config.unused import settle_unused_for_sweep_job, unused_settings
+
+    settled = settle_unused_for_sweep_job(cfg, unused_settings(cfg, typed_head(cfg)))
+    if record is not None and settled:
+        record.update(unused_settings=settled)
 
 
 def use_generated_rows(cfg: DictConfig, train_rows, datamodule, model, record: RunRecord | None) -> None:
@@ -237,18 +258,34 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     return str(cfg.ckpt_path)  # its existence: lab.config.checks.check_run_config
 
 
+def resumes_own_checkpoint(cfg: DictConfig, run_dir: Path) -> bool:
+    """`ckpt_path=last` with a last.ckpt, or a checkpoint inside this run's folder: the attempt continues this run."""
+    if cfg.ckpt_path is None:
+        return False
+    ckpt = run_dir / "checkpoints" / "last.ckpt" if cfg.ckpt_path == "last" else Path(str(cfg.ckpt_path))
+    return ckpt.exists() and ckpt.resolve().is_relative_to(run_dir.resolve())
+
+
 def run(cfg: DictConfig) -> float | None:
     quiet_environment()  # also in launcher worker processes, which never run main()
     register_resolvers()  # a joblib worker process imports this module afresh
     stop_when_orphaned()  # a joblib worker whose launcher was killed stops instead of training on
+    with running_job():
+        return run_job(cfg)
+
+
+def run_job(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     record = RunRecord(run_dir, list(hydra_cfg.overrides.task))
     record.update(config=OmegaConf.to_container(cfg, resolve=True))
     attempt = None  # set once this attempt is accepted and recorded as running
     try:
-        check_not_overwriting(cfg.ckpt_path, record.finished_ok, run_dir)
-        datamodule, module, ckpt_path, resume_step = prepare(cfg, record)
+        with start_up():  # a signal before training: one line and nothing half-written (lab/run/startup_signals.py)
+            check_not_overwriting(cfg.ckpt_path, record.finished_ok, run_dir)
+            if resumes_own_checkpoint(cfg, run_dir):  # the same run, continued: its recorded config stands
+                check_resume_config((record.previous or {}).get("config"), OmegaConf.to_container(cfg, resolve=True))
+            datamodule, module, ckpt_path, resume_step = prepare(cfg, record)
         done = nothing_left(cfg, record, resume_step)
         if done is not None:
             record.nothing_to_do(done)
@@ -256,6 +293,12 @@ def run(cfg: DictConfig) -> float | None:
             return final_value(record.previous.get("final_metrics") or {})
         attempt = begin_attempt(record, cfg, run_dir, ckpt_path, resume_step)
         trainer = fit(cfg, record, datamodule, module, ckpt_path, resume_step)
+    except StartUpInterrupted as stop:  # nothing trained: a folder this attempt made goes, an existing record stays
+        removed = discard_new_run_dir(run_dir)
+        finish_wandb()
+        print(f"interrupted: {run_dir}: {stop}; nothing was trained{' (its new run folder removed)' if removed else ''}",
+              file=sys.stderr, flush=True)
+        sys.exit(stop.exit_code)
     except RunInterrupted as stop:  # preempted or Ctrl-C: the whole command stops, a sweep's later jobs too
         note = close_attempt(record, attempt, INTERRUPTED, f"{stop}; resume with ckpt_path=last", step=stop.step)
         finish_wandb()
@@ -304,6 +347,15 @@ def quiet_environment() -> None:
 
 
 def main() -> None:
+    try:
+        start()
+    except KeyboardInterrupt:  # Ctrl-C while Python imports torch or Hydra composes (before any run folder), or between phases
+        print("interrupted: lab-train stopped by SIGINT (a run that had begun an attempt says so in its run.json)",
+              file=sys.stderr, flush=True)
+        sys.exit(130)
+
+
+def start() -> None:
     quiet_environment()
     register_resolvers()
     argv = sys.argv[1:]

@@ -104,3 +104,17 @@ class SignalAt(pl.Callback):
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         self._send(trainer, "validation")
+
+    def setup(self, trainer, pl_module, stage):
+        """`MTP_LAB_SIGNAL_WHERE=decoding`: the signal comes as the end-of-run decoding evaluation starts."""
+        from lab.callbacks.decoding import DecodingEval
+
+        for callback in trainer.callbacks:
+            if isinstance(callback, DecodingEval):
+                evaluate = callback.evaluate
+
+                def signalled_evaluate(*args, evaluate=evaluate, **kwargs):
+                    self._send(trainer, "decoding")
+                    return evaluate(*args, **kwargs)
+
+                callback.evaluate = signalled_evaluate

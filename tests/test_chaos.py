@@ -185,7 +185,9 @@ def test_a_sigkilled_joblib_sweep_leaves_no_worker_or_resource_tracker_behind(tm
     finally:
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
-    deadline = time.monotonic() + 90  # a second to notice, a step to finish, its checkpoint and run.json
+    # Issue 56: workers lingered ~63 s (loky kept them after their job; a fixed grace then ended them). Now: half a
+    # second to notice, a step to finish, its checkpoint and run.json, and the worker exits with its job.
+    deadline = time.monotonic() + 15
     while session_processes(launcher.pid) and time.monotonic() < deadline:
         time.sleep(0.5)
     left = session_processes(launcher.pid)

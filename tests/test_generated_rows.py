@@ -9,6 +9,10 @@ is refused in one line, and through the real config and Trainer every training b
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -21,7 +25,7 @@ from lab.training.hidden_cache import rows_fingerprint
 from hydra import compose, initialize_config_dir
 
 from lab.train import CONF_DIR
-from tests.cli import TINY, one_error_line, runner
+from tests.cli import SUBPROCESS_TIMEOUT, TINY, kill_session, one_error_line, runner, start_lab_train
 from tests.fit_helpers import fit
 from tests.hf_fixtures import write_llama
 from tests.helpers import hf_llama_config, make_batch
@@ -238,6 +242,8 @@ BAD = {
     "no room to write": (["data.seq_len=32", "train_rows.prompt_tokens=32"], "error: train_rows.prompt_tokens: must be below data.seq_len=32"),
     "a synthetic task": (["data=star_graph"], "error: train_rows: generated rows continue a text corpus"),
     "a negative temperature": (["train_rows.temperature=-1"], "error: train_rows.temperature: must be a finite number ≥ 0"),
+    # issue 56: a 2-step run began writing 13,048 rows with a random trunk (ETA 2-4 h)
+    "a random trunk": ([], "error: train_rows: generated rows are the model's own continuations, and this trunk starts from random"),
 }
 
 
@@ -251,3 +257,33 @@ def test_lab_train_refuses_bad_generated_rows_in_one_line(case, tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     assert one_error_line(out).startswith(words), out.stderr
     assert not run_dir.exists() and not (cache_dir / "generated").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_rows_are_written_stops_in_one_line_and_leaves_nothing(signum, llama_dir, tmp_path):
+    """Issue 56: SIGTERM while the rows were written exited 143 with no message, leaving `.hydra/`, `.lock` and
+    `train.log` but no run.json; Ctrl-C printed a traceback. Now: one `interrupted:` line, 128 + the signal,
+    no run folder (nothing was trained in it) and no partial cache entry."""
+    run_dir, cache = tmp_path / "run", tmp_path / "cache"
+    many_slow_rows = ["data.max_docs=200", "data.seq_len=128", "train_rows.prompt_tokens=8", "train_rows.batch_size=1"]
+    process = start_lab_train(*NOT_MODEL, "model=hf", f"model.path={llama_dir}", "head=medusa", "head.k=2", "head.trunk_grad=frozen",
+                              "train_rows=generated", *many_slow_rows, f"paths.cache_dir={cache}", f"hydra.run.dir={run_dir}",
+                              cache_dir=cache, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+        while not list((cache / "generated").glob(".*.partial-*")):  # the rows are being written
+            assert process.poll() is None, process.stderr.read()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(0.5)
+        (os.killpg if signum == signal.SIGINT else os.kill)(process.pid, signum)  # Ctrl-C reaches the whole group
+        stderr = process.communicate(timeout=SUBPROCESS_TIMEOUT)[1]
+    finally:
+        kill_session(process)
+    assert process.returncode == 128 + signum, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last == (f"interrupted: {run_dir}: stopped by {signum.name} during start-up, before training began; nothing was "
+                    "trained (its new run folder removed)"), stderr[-3000:]
+    assert "Traceback" not in stderr and not run_dir.exists()
+    assert not list((cache / "generated").glob(".*partial*"))
+    assert not [entry for entry in (cache / "generated").glob("[0-9a-f]*") if entry.is_dir()]  # its lock file may stay

@@ -275,3 +275,83 @@ def test_kills_during_a_validation_and_a_checkpoint_write_lose_no_row_and_leave_
     assert [(a["status"], a["resumed_from_step"]) for a in record["attempts"]] == [("interrupted", None), ("interrupted", 2), ("ok", 4)]
     untimed = lambda metrics: {k: v for k, v in metrics.items() if not is_machine_state(k)}  # noqa: E731
     assert untimed(record["final_metrics"]) == untimed(read_run(whole)["final_metrics"])
+
+
+def serve(status: int, body: bytes, content_type: str):
+    """A local HTTP server answering every request with `status` and `body` (a daemon thread); its base URL."""
+    import http.server
+    import threading
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_online_wandb_against_a_server_that_is_not_wandb_is_refused_like_no_network(tmp_path, cache_dir):
+    """Issue 56: an endpoint that answers but is not wandb (an intercepting proxy's 404 in 4 ms) passed the probe;
+    then a 35-line traceback, rc 1 and a run folder left behind."""
+    import time
+
+    server, url = serve(404, b"<html><body>Not Found</body></html>", "text/html")
+    try:
+        run = tmp_path / "run"
+        online = {"WANDB_MODE": "online", "WANDB_BASE_URL": url, "WANDB_API_KEY": "x" * 40}
+        started = time.monotonic()
+        out = lab_train(*TINY, f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path, env=online)
+    finally:
+        server.shutdown()
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+    assert last_error_line(out) == (f"error: logger.wandb.mode: online, but {url} does not answer as a wandb server (HTTP 404 to "
+                                    "POST /graphql, not JSON); run with WANDB_MODE=offline (and `wandb sync` the run later) or fix the network")
+    assert not run.exists() and time.monotonic() - started < 120
+
+
+def test_the_probe_accepts_a_json_answer_and_gives_up_on_a_silent_server_within_its_bound():
+    """A wandb server answers an unauthenticated query with JSON (401 here); a server that never answers is
+    'no answer' once the bound has passed, however the time goes (name resolution included)."""
+    import socket
+    import time
+
+    from lab.tracking import wandb_reach
+
+    server, url = serve(401, b'{"errors": [{"message": "unauthorized"}]}', "application/json")
+    try:
+        assert wandb_reach.wandb_answer_problem(url) is None
+    finally:
+        server.shutdown()
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        started = time.monotonic()
+        problem = wandb_reach.bounded(lambda: wandb_reach.wandb_answer_problem(f"http://127.0.0.1:{silent.getsockname()[1]}"), 1.0)
+        assert problem == "cannot be reached (no answer within 1 s)" and time.monotonic() - started < 3
+
+
+def test_a_resume_that_would_train_differently_is_refused_naming_the_setting_and_a_longer_one_goes_on(tmp_path, cache_dir):
+    """Issue 56: resuming with another optim.lr trained on at it, and run.json showed the new rate for the steps
+    already taken. The refused attempt leaves the run's record and checkpoint as they were."""
+    run = tmp_path / "run"
+    base = [*[o for o in TINY if not o.startswith("trainer.max_steps")], "callbacks.decoding.prompts=0", f"hydra.run.dir={run}"]
+    assert lab_train(*base, "trainer.max_steps=2", cache_dir=cache_dir, cwd=tmp_path).returncode == 0
+    checkpoint = (run / "checkpoints" / "last.ckpt").read_bytes()
+    out = lab_train(*base, "trainer.max_steps=4", "ckpt_path=last", "optim.lr=0.01", cache_dir=cache_dir, cwd=tmp_path)
+    assert out.returncode == 2 and last_error_line(out).startswith(
+        "error: optim.lr: the run being resumed trained with 0.003, this resume gives 0.01; a resume continues the run as it was"), out.stderr[-3000:]
+    assert (run / "checkpoints" / "last.ckpt").read_bytes() == checkpoint
+    record = read_run(run)
+    assert record["status"] == "ok" and record["config"]["optim"]["lr"] == 0.003
+    out = lab_train(*base, "trainer.max_steps=4", "ckpt_path=last", "trainer.log_every_n_steps=2", cache_dir=cache_dir, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [a["status"] for a in read_run(run)["attempts"]] == ["ok", "refused", "ok"] and read_run(run)["attempts"][-1]["step"] == 4

@@ -4,8 +4,11 @@ uninterrupted run ends (metrics.csv rows, final metrics, final weights)."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,36 @@ def test_two_sigints_005_s_apart_record_interrupted_and_exit_130(tmp_path, cache
     assert "Traceback" not in out.stderr and out.stderr.strip().splitlines()[-1].startswith(f"interrupted: {run}: stopped by SIGINT"), out.stderr[-3000:]
     record = read_run(run)
     assert record["status"] == "interrupted" and record["attempts"][-1]["status"] == "interrupted", record["attempts"]
+
+
+def test_ctrl_c_while_torch_imports_exits_130_in_one_line_and_writes_nothing(tmp_path, cache_dir):
+    """Issue 56: a 30-line traceback. The SIGINT goes out once torch's library is mapped into the process
+    (its import under way, in the pre-flight checks): one line, 130, no run folder."""
+    run_dir = tmp_path / "run"
+    process = cli.start_lab_train(*OVERRIDES, f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path)
+    try:
+        maps = Path(f"/proc/{process.pid}/maps")
+        while process.poll() is None and "libtorch" not in maps.read_text():
+            time.sleep(0.01)
+        os.killpg(process.pid, signal.SIGINT)
+        stderr = process.communicate(timeout=cli.SUBPROCESS_TIMEOUT)[1]
+    finally:
+        cli.kill_session(process)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("interrupted: "), stderr[-3000:]
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("where", ["validation", "decoding"])
+def test_two_ctrl_c_after_the_last_step_finish_ok_with_the_notes(tmp_path, cache_dir, where):
+    """Issue 56: two Ctrl-C during the end-of-run decoding evaluation ended in a KeyboardInterrupt traceback and
+    death by the signal on one try, rc 0 without the documented note on another. After the last step every
+    signal is noted and none raised: the evaluation completes, the run is ok, exit 0, both notes once."""
+    run = tmp_path / "run"
+    out = lab_train(run, tmp_path, cache_dir, signal_at=f"SIGINT@{STEPS}", where=where, times=2)
+    assert out.returncode == 0, out.stderr[-3000:]
+    late = f"note: SIGINT arrived after the last step (step {STEPS}); the run had done all its work and finished it"
+    assert out.stderr.count(late) == 1 and out.stderr.count("note: training is complete; the end-of-run evaluation") == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    record = read_run(run)
+    assert record["status"] == "ok" and "decode/tokens_per_forward" in json.dumps(record["final_metrics"]), record["final_metrics"]

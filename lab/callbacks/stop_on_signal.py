@@ -12,14 +12,16 @@ disk. lab/train.py records the attempt `interrupted` with the step reached and e
 Lightning's own SIGTERM handling is replaced while training: it stops inside a validation
 (losing that validation's rows) and before the checkpoint of the step reached. A signal that
 arrives after the last step (during the final validation or decoding evaluation) stops
-nothing: the run is complete, finishes `ok`, and its attempt's `late_signal` in run.json says so. A second
-Ctrl-C interrupts at once; Lightning then exits with status 1, which lab/train.py records as
-`interrupted` with exit 130 instead.
+nothing: the run is complete, finishes `ok`, and its attempt's `late_signal` in run.json says so; a second
+signal there is noted once on stderr and raises nothing either (the evaluation is bounded by its budget).
+Before the last step a second Ctrl-C interrupts at once; Lightning then exits with status 1, which
+lab/train.py records as `interrupted` with exit 130 instead.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 
 import pytorch_lightning as pl
@@ -27,19 +29,30 @@ import pytorch_lightning as pl
 from lab.errors import RunInterrupted
 
 
+LATE_AGAIN = ("training is complete; the end-of-run evaluation finishes within its own budget (callbacks.decoding.budget_s) "
+              "and the run ends ok. kill -9 stops it at once: the last checkpoint is complete, and ckpt_path=last then runs "
+              "only the evaluation")
+
+
 class StopOnSignal(pl.Callback):
     def __init__(self) -> None:
         self.signum: int | None = None  # the first signal received
         self.stopping = False  # the ranks agreed to stop after the current step
+        self.told_late = False
 
     def on_train_start(self, trainer, pl_module) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # only the main thread may set handlers; Lightning's own SIGTERM handling stays
 
         def stop(signum, frame) -> None:
+            late = trainer.max_steps is not None and 0 < trainer.max_steps <= trainer.global_step
+            if late and self.signum is not None:  # a second signal after the last step: said once, still not raised
+                if not self.told_late:
+                    print(f"note: {LATE_AGAIN}", file=sys.stderr, flush=True)
+                self.told_late = True
             if self.signum is None:
                 self.signum = signum
-            if signum == signal.SIGINT:
+            if signum == signal.SIGINT and not late:
                 signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts at once
 
         # Lightning's teardown puts back the handlers that were there before the Trainer started.

@@ -57,8 +57,8 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
     group's schema), then the invariants across groups. `lab-train`'s pre-flight and `build` call it."""
     from lab.data import check_data_config
     from lab.model.compile import split_compile_option
-    from lab.model.heads import head_class, head_config
-    from lab.model.mtp import check_head_on_trunk, head_defaults_for, model_config, trunk_layers
+    from lab.config.unused import refuse_unused, unused_settings
+    from lab.model.mtp import check_head_on_trunk, model_config, trunk_layers
     from lab.objective.objective import Objective
     from lab.training.checked_groups import CheckedGroups
     from lab.data.train_rows import TrainRowsConfig
@@ -74,8 +74,9 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
     check_humaneval_options_of(cfg.get("callbacks"), OmegaConf.select(cfg, "data.source"))
     data = check_data_config(plain("data"))  # local files: exist and are not empty
     model, _ = split_compile_option(plain("model"))
-    head = head_config(head_defaults_for(model, plain("head")))
-    head_class(head.name).refuse_unused_options(head)
+    head = typed_head(cfg)
+    check_future_horizons(head)
+    refuse_unused(unused_settings(cfg, head))  # a sweep job has set them to their defaults already (build_settled)
     if model.get("name") != "hf":
         model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
     trunk = model_config(model)
@@ -95,8 +96,27 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
     check_horizons_fit(head.k, data.seq_len, head.offsets, "head.rollout_steps" if getattr(head, "rollout", None) == "self" else "head.k")
     check_hidden_cache(cfg, head.trunk_grad)
     train_rows = typed(TrainRowsConfig, plain("train_rows") if cfg.get("train_rows") is not None else {}, "train_rows")
-    check_train_rows(train_rows, data)
+    check_train_rows(train_rows, data, trained_weights_of(model, cfg.get("init_from")))
     return CheckedGroups(head=head, optim=optim, objective=objective, train_rows=train_rows)
+
+
+def typed_head(cfg: DictConfig):
+    """The run's head config, typed by its class (K and the defaults the trunk gives it filled in)."""
+    from lab.model.compile import split_compile_option
+    from lab.model.heads import head_config
+    from lab.model.mtp import head_defaults_for
+
+    model, _ = split_compile_option(OmegaConf.to_container(cfg.model, resolve=True))
+    return head_config(head_defaults_for(model, OmegaConf.to_container(cfg.head, resolve=True)))
+
+
+def check_future_horizons(head) -> None:
+    """A multi-token head (every head but the registry's baseline) needs a horizon beyond the next token."""
+    from lab.model.heads import HEAD_SPECS
+
+    require(head.k >= 2 or HEAD_SPECS[head.name].is_baseline, "head.k",
+            f"head '{head.name}' with k={head.k} predicts only the next token, which is the baseline's job; "
+            f"allowed: an integer ≥ 2 (or head={next(s.name for s in HEAD_SPECS.values() if s.is_baseline)})")
 
 
 # Groups of `_target_` nodes, checked against their classes' signatures (lab/config/targets.py).
@@ -123,9 +143,19 @@ def check_hidden_cache(cfg: DictConfig, trunk_grad: str) -> None:
             f"{', '.join(CACHE_PRECISIONS)} (for bfloat16 set model.dtype=bfloat16: the cache then holds bfloat16 states)")
 
 
-def check_train_rows(train_rows, data) -> None:
+def trained_weights_of(model: dict, init_from) -> str | None:
+    """Where the trunk's weights come from when they are trained ones (None: a random initialisation)."""
+    if init_from:
+        return f"init_from={init_from}"
+    if model.get("name") == "hf" and (model.get("path") or model.get("gguf_package")):
+        return "a pretrained model.path" if model.get("path") else f"model.gguf_package={model.get('gguf_package')}"
+    return None
+
+
+def check_train_rows(train_rows, data, trained_weights: str | None) -> None:
     """`train_rows=generated` continues each packed corpus row after its prompt: a text corpus on indexed rows,
-    with room in every row for the model to write."""
+    with room in every row for the model to write, written by a trunk that has learned something (pretrained or
+    init_from): a random one would write noise for hours and train the run on it."""
     if train_rows.source != "generated":
         return
     require(not hasattr(data, "task"), "train_rows",
@@ -133,6 +163,9 @@ def check_train_rows(train_rows, data) -> None:
     require(not data.streaming, "train_rows", "generated rows replace an indexed training split row by row; set data.streaming=false")
     require(train_rows.prompt_tokens < data.seq_len, "train_rows.prompt_tokens",
             f"must be below data.seq_len={data.seq_len} so the model writes part of each row, got {train_rows.prompt_tokens}")
+    require(trained_weights is not None, "train_rows",
+            "generated rows are the model's own continuations, and this trunk starts from random weights (they would be "
+            "noise); use a pretrained trunk (model=hf model.path=..., model=smollm2) or init_from=<a trained run>, or train_rows=corpus")
 
 
 def check_decoding_options_of(callbacks) -> None:

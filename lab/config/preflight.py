@@ -125,8 +125,10 @@ def check_value_override(override, base: DictConfig, conf_dir: Path) -> None:
     node = OmegaConf.select(base, parent) if parent else base
     exists = isinstance(node, DictConfig) and leaf in node.keys()  # `in node` is False for a `???` value
     if not exists:
-        if override.is_add() or override.is_force_add() or override.is_delete():
-            return
+        if override.is_delete() or ((override.is_add() or override.is_force_add()) and parent):
+            return  # a new key inside a group: the group's schema or its class checks it
+        if override.is_add() or override.is_force_add():
+            refuse_new_top_level_key(leaf, [str(k) for k in base.keys()] + config_groups(conf_dir))
         candidates = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
         check_known(parent, [leaf], candidates + ([] if parent else config_groups(conf_dir)))
     if override.is_delete():
@@ -141,6 +143,14 @@ def check_value_override(override, base: DictConfig, conf_dir: Path) -> None:
         problem = type_error(type(default), value)
         if problem:
             raise ConfigError(key, problem)
+
+
+def refuse_new_top_level_key(key: str, known: list[str]) -> None:
+    """`+foo=1`: a top-level key no part of the run reads (each group checks the keys added inside it)."""
+    from lab.schema import did_you_mean
+
+    raise ConfigError(key, f"a new top-level key, which no part of the run reads{did_you_mean(key, known, '')}; "
+                           "settings live in their groups (lab-train --help lists them)")
 
 
 def preflight(argv: list[str], conf_dir: Path) -> DictConfig | None:

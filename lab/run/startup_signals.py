@@ -1,0 +1,72 @@
+"""SIGTERM and Ctrl-C before training starts: one line, exit 143 / 130, nothing half-written.
+
+Start-up can take long on its own — converting a GGUF, tokenizing a corpus, writing generated rows
+(hours for a big corpus), building the hidden-state cache. Python's defaults there are a traceback
+(SIGINT) or a silent death leaving a run folder without run.json (SIGTERM). While `start_up()` is
+active both signals raise `StartUpInterrupted` instead: each cache writer removes its own partial
+folder on the way out (they are written under a temporary name and renamed when complete), and
+lab/train.py removes a run folder this attempt made (nothing was trained in it), or leaves an
+existing run's record as it was, then prints one `interrupted:` line and exits 128 + the signal.
+Training installs its own handlers (lab/callbacks/stop_on_signal.py): stop after the current step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+
+from lab.errors import RunInterrupted
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StartUpInterrupted(RunInterrupted):
+    """Stopped by `signum` before training began (`step`: the step a resume would have started from)."""
+
+    def __init__(self, signum: int, step: int = 0):
+        super().__init__(signum, step)
+        self.args = (f"stopped by {signal.Signals(self.signum).name} during start-up, before training began",)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+@contextlib.contextmanager
+def start_up() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT raise StartUpInterrupted (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame) -> None:
+        for number in SIGNALS:  # a second signal while the first unwinds: ignored, the stop is under way
+            signal.signal(number, signal.SIG_IGN)
+        raise StartUpInterrupted(signum)
+
+    previous = {number: signal.signal(number, interrupt) for number in SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def quiet_ctrl_c_while_importing(command: str) -> None:
+    """A Ctrl-C that reaches no handler (while the program still imports torch, Hydra, ...): one line and exit 130
+    instead of Python's traceback and death by SIGINT. Installed only by the command's own module when it runs
+    as the program; every other exception keeps Python's report."""
+    previous = sys.excepthook
+
+    def hook(kind, value, traceback) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            previous(kind, value, traceback)
+            return
+        print(f"interrupted: {command} stopped by SIGINT during start-up, before training began; nothing was written",
+              file=sys.stderr, flush=True)
+        os._exit(128 + signal.SIGINT)
+
+    sys.excepthook = hook

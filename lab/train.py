@@ -100,9 +100,10 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
 def settle_unused_settings(cfg: DictConfig, record: RunRecord | None) -> None:
     """A sweep job's settings that change nothing: noted, recorded and run at their defaults (a single run
     refused them before its folder existed; lab/config/unused.py)."""
-    if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
+    from lab.config.checks import in_sweep_job, typed_head
+
+    if not in_sweep_job():
         return
-    from lab.config.checks import typed_head
     from lab.config.unused import settle_unused_for_sweep_job, unused_settings
 
     settled = settle_unused_for_sweep_job(cfg, unused_settings(cfg, typed_head(cfg)))

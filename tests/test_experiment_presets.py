@@ -47,7 +47,13 @@ def test_scaling_sizes_grow_and_every_variant_of_a_size_sees_the_same_tokens(pre
 
 
 def test_the_teacherless_star_graph_variant_switches_the_objective_and_the_data():
+    """The preset runs as a sweep: its ntp job notes the shared `weights=phased` (λ = [1] at K = 1, as uniform) and
+    runs (a single run of it is refused for that); everything else checks as a single run would."""
+    from lab.config.checks import typed_head
+    from lab.config.unused import unused_settings
+
     cfg = composed("experiment=star_graph", "variant=ntp_teacherless")
-    check_single_run(cfg)
+    assert [s.field for s in unused_settings(cfg, typed_head(cfg))] == ["weights.name"]
+    check_single_run(composed("experiment=star_graph", "variant=parallel_k4"))
     assert cfg.objective.teacherless is True and cfg.data.teacherless is True and cfg.head.name == "ntp"
     assert composed("experiment=star_graph", "variant=parallel_k4").objective.teacherless is False

@@ -76,7 +76,8 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
     model, _ = split_compile_option(plain("model"))
     head = typed_head(cfg)
     check_future_horizons(head)
-    refuse_unused(unused_settings(cfg, head))  # a sweep job has set them to their defaults already (build_settled)
+    if not in_sweep_job():  # a sweep job noted them and set them to their defaults (lab.train.settle_unused_settings)
+        refuse_unused(unused_settings(cfg, head))
     if model.get("name") != "hf":
         model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
     trunk = model_config(model)
@@ -98,6 +99,14 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
     train_rows = typed(TrainRowsConfig, plain("train_rows") if cfg.get("train_rows") is not None else {}, "train_rows")
     check_train_rows(train_rows, data, trained_weights_of(model, cfg.get("init_from")))
     return CheckedGroups(head=head, optim=optim, objective=objective, train_rows=train_rows)
+
+
+def in_sweep_job() -> bool:
+    """Whether this process runs a job of a Hydra multirun (the job's own config is being built)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def typed_head(cfg: DictConfig):

@@ -62,23 +62,39 @@ def parse_tree(text: str | None, speculative: bool) -> list[int] | None:
 
 
 def parse_ngram(args) -> PromptLookup | None:
-    """`--ngram 3,2,1 [--ngram-draft 10] [--ngram-only]`: prompt lookup drafts, n-gram lengths tried longest first."""
-    if args.ngram is None:
-        if args.ngram_draft is not None or args.ngram_only:
-            raise ConfigError("--ngram-draft" if args.ngram_draft is not None else "--ngram-only", "sets up prompt lookup: add --ngram SIZES (e.g. 3,2,1)")
+    """`--ngram 3,2,1 [--ngram-draft 10] [--ngram-only]`, or `--suffix`: lookup drafts (n-gram lengths tried longest first,
+    or the suffix trie); `--choose N` one drafter per round (the lookup on a match of ≥ N tokens, else the heads);
+    `--loop`, `--spec-factor F`: drafts past the text's end along its repeat, at most ceil(F × match) of them."""
+    lookup_flags = {"--ngram-draft": args.ngram_draft is not None, "--ngram-only": args.ngram_only, "--choose": args.choose is not None,
+                    "--loop": args.loop, "--spec-factor": args.spec_factor is not None}
+    if args.ngram is None and not args.suffix:
+        given = next((flag for flag, on in lookup_flags.items() if on), None)
+        if given is not None:
+            raise ConfigError(given, "sets up lookup drafts: add --ngram SIZES (e.g. 3,2,1) or --suffix")
         return None
     if not args.speculative:
-        raise ConfigError("--ngram", "proposes drafts that the model verifies: add --speculative")
-    try:
-        sizes = [int(n) for n in args.ngram.split(",")]
-    except ValueError:
-        raise ConfigError("--ngram", f"must be comma-separated n-gram lengths ≥ 1 (e.g. 3,2,1), got {args.ngram!r}") from None
-    if any(n < 1 for n in sizes):
-        raise ConfigError("--ngram", f"n-gram lengths must be ≥ 1, got {args.ngram!r}")
+        raise ConfigError("--suffix" if args.suffix else "--ngram", "proposes drafts that the model verifies: add --speculative")
+    sizes = parse_sizes(args.ngram) if args.ngram is not None else list(PromptLookup.sizes)
     draft = DEFAULT_MAX_DRAFT if args.ngram_draft is None else args.ngram_draft
     if draft < 1:
         raise ConfigError("--ngram-draft", f"must be ≥ 1 (draft tokens per round), got {draft}")
-    return PromptLookup(tuple(sizes), draft, with_heads=not args.ngram_only)
+    if args.choose is not None and args.choose < 1:
+        raise ConfigError("--choose", f"must be ≥ 1 (tokens of match before the lookup drafts instead of the heads), got {args.choose}")
+    if args.spec_factor is not None and not args.spec_factor > 0:
+        raise ConfigError("--spec-factor", f"must be > 0 (drafts per matched token), got {args.spec_factor}")
+    return PromptLookup(tuple(sizes), draft, with_heads=not args.ngram_only, method="suffix" if args.suffix else "ngram",
+                        combine="graft" if args.choose is None else "choose", min_match=args.choose or PromptLookup.min_match,
+                        loop=args.loop, spec_factor=args.spec_factor)
+
+
+def parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(n) for n in text.split(",")]
+    except ValueError:
+        raise ConfigError("--ngram", f"must be comma-separated n-gram lengths ≥ 1 (e.g. 3,2,1), got {text!r}") from None
+    if any(n < 1 for n in sizes):
+        raise ConfigError("--ngram", f"n-gram lengths must be ≥ 1, got {text!r}")
+    return sizes
 
 
 def check_ngram_context(ngram: PromptLookup | None, context: int | None) -> None:
@@ -110,6 +126,9 @@ def run(args) -> None:
     tree = parse_tree(args.tree, args.speculative)
     require(args.draft_vocab is None or args.speculative, "--draft-vocab", "restricts what the heads draft: add --speculative")
     ngram = parse_ngram(args)
+    if args.confidence is not None:
+        require(args.speculative, "--confidence", "gates the drafts the model verifies: add --speculative")
+        require(0 < args.confidence < 1, "--confidence", f"must be a probability in (0, 1) (a draft below it is not verified), got {args.confidence}")
     text = read_prompt(args)
     loaded = load_for_generation(args.model)
     check_ngram_context(ngram, loaded.context)
@@ -127,7 +146,7 @@ def run(args) -> None:
     check_context(len(ids), args.max_new_tokens, loaded.context, refuse=args.max_context)
     moe = MoELedger(loaded.model) if args.speculative else None  # an MoE model's experts per round (no hooks on a dense one)
     options = dict(temperature=args.temperature, top_k=args.top_k, draft_steps=args.draft_steps, eos=loaded.tokenizer.eos_id,
-                   tree=tree, ngram=ngram)
+                   tree=tree, ngram=ngram, confidence=args.confidence)
     prompt = torch.tensor(ids)
     with moe if moe is not None and moe.places else contextlib.nullcontext():
         if args.speculative and args.pairs > 0:
@@ -171,6 +190,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ngram", default=None, help="with --speculative: prompt lookup drafts, n-gram lengths tried longest first (e.g. 3,2,1)")
     parser.add_argument("--ngram-draft", type=int, default=None, help=f"prompt lookup: draft tokens per round at most (default {DEFAULT_MAX_DRAFT})")
     parser.add_argument("--ngram-only", action="store_true", help="prompt lookup alone, without the model's draft heads")
+    parser.add_argument("--suffix", action="store_true", help="with --speculative: lookup drafts from a suffix trie of the text "
+                        "(the most frequent continuation of the longest match) instead of n-grams")
+    parser.add_argument("--choose", type=int, default=None, metavar="N", help="lookup and heads: one drafter per round, the lookup "
+                        "when its match is ≥ N tokens, else the heads (default: both every round)")
+    parser.add_argument("--loop", action="store_true", help="lookup drafts that reach the end of the text go on along its repeat")
+    parser.add_argument("--spec-factor", type=float, default=None, help="lookup: at most ceil(F × match length) drafts per round")
+    parser.add_argument("--confidence", type=float, default=None, metavar="P", help="with --speculative: the heads' drafts whose "
+                        "probability under the head is below P are not verified")
     parser.add_argument("--draft-vocab", type=int, default=None,
                         help="with --speculative: draft over the N most frequent tokens of the run's training data (verification keeps every id)")
     parser.add_argument("--max-context", action="store_true", help="refuse (instead of warning) when prompt + new tokens exceed the trained data.seq_len")

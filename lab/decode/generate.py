@@ -18,6 +18,7 @@ Positions start at 0 at the first prompt token, as for a document in training.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -50,6 +51,7 @@ def generate(
     draws=None,
     ngram: PromptLookup | dict | None = None,
     stop: Callable[[list[int]], bool] | None = None,
+    confidence: float | None = None,
 ) -> Generation | list[Generation]:
     """Continue `prompt` ([P] token ids) by up to `max_new_tokens` tokens (docs/api.md).
 
@@ -62,10 +64,14 @@ def generate(
     or with `with_heads=False`, else merged into the heads' chain or tree as one more branch.
     `stop(tokens so far) -> bool`: the request also ends after the round in which it says True (a stop
     sequence in the text); every token before that point is the one decoding without `stop` writes.
+    `confidence` (with `speculative`): the heads' drafts whose own probability is below it are not verified
+    (lab.decode.choose.ConfidenceGated); `ngram.method="suffix"` drafts from a suffix trie, `ngram.combine="choose"`
+    picks one drafter per round (lab.decode.choose.ChoosePerRound).
     """
     if is_batch(prompt):
         require(tree is None and draws is None, "tree", "batched requests decode chains with torch's draws; give one prompt for a tree")
         require(ngram is None, "ngram", "batched requests draft with the heads only; give one prompt for prompt lookup")
+        require(confidence is None, "confidence", "batched requests draft every head's slot; give one prompt to gate drafts by confidence")
         return generate_batch(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, speculative=speculative,
                               draft_steps=draft_steps, eos=eos, generator=generator, stop=stop)
     check_request(model, prompt, max_new_tokens, temperature, top_k, draft_steps)
@@ -73,7 +79,7 @@ def generate(
     lookup = prompt_lookup(ngram, speculative, model)
     model.eval()
     with torch.no_grad():
-        decoder = Decoder(model, TokenChooser(temperature, top_k, generator, draws), speculative, draft_steps, eos, shape, lookup)
+        decoder = Decoder(model, TokenChooser(temperature, top_k, generator, draws), speculative, draft_steps, eos, shape, lookup, confidence)
         return decoder.run(prompt.tolist(), max_new_tokens, stop)
 
 
@@ -83,8 +89,9 @@ def prompt_lookup(ngram, speculative: bool, model) -> PromptLookup | None:
         return None
     require(speculative, "ngram", "proposes drafts that the model verifies: it needs speculative=True")
     if isinstance(ngram, dict):
-        unknown = set(ngram) - {"sizes", "max_draft", "with_heads"}
-        require(not unknown, "ngram", f"has unknown fields {sorted(unknown)}; allowed: sizes, max_draft, with_heads")
+        fields = [f.name for f in dataclasses.fields(PromptLookup)]
+        unknown = set(ngram) - set(fields)
+        require(not unknown, "ngram", f"has unknown fields {sorted(unknown)}; allowed: {', '.join(fields)}")
         ngram = PromptLookup(**ngram)
     require(isinstance(ngram, PromptLookup), "ngram", f"must be a PromptLookup or a dict of its fields, got {type(ngram).__name__}")
     ngram.check_context(model_context(model))
@@ -100,7 +107,7 @@ def model_context(model) -> int | None:
 
 class Decoder:
     def __init__(self, model, chooser: TokenChooser, speculative: bool, draft_steps: int | None, eos: int | None, tree=None,
-                 ngram: PromptLookup | None = None):
+                 ngram: PromptLookup | None = None, confidence: float | None = None):
         self.state = CachedModel(model)
         self.chooser, self.eos = chooser, eos
         if speculative and not model.head_cfg.contiguous_offsets:
@@ -113,7 +120,8 @@ class Decoder:
                               f"use at most {model.k - 1} widths")
         if tree is not None and max(tree.widths) > model.model_cfg.vocab_size:
             raise ConfigError("tree", f"asks for {max(tree.widths)} candidates at one position; the vocabulary has {model.model_cfg.vocab_size}")
-        self.proposer = build_proposer(self.state, draft_steps, tree, ngram) if speculative else None
+        require(speculative or confidence is None, "confidence", "gates the drafts that the model verifies: it needs speculative=True")
+        self.proposer = build_proposer(self.state, draft_steps, tree, ngram, confidence) if speculative else None
         if speculative and (self.proposer is None or self.proposer.max_drafts < 1):
             raise ConfigError(
                 "speculative", f"head '{model.head_cfg.name}' with K={model.k} has no draft heads; use a K ≥ 2 head, prompt lookup (ngram) or speculative=False"
@@ -127,6 +135,7 @@ class Decoder:
             "tree_nodes": 0,  # draft nodes verified, all rounds
             "lookup_nodes": 0, "lookup_accepted": 0,  # of them proposed by prompt lookup (point masses), and accepted
             "accepted_beyond_top1": 0,  # rounds whose accepted path took a candidate of rank ≥ 1 (a tree's gain over the chain)
+            "drafter_by_round": [],  # per round, who drafted: lookup, heads, both (a graft) or none (no draft)
             # where a round's time goes: the target forward, the draft blocks, and everything else
             # (projections of drafts, candidate choice, acceptance, cache commits, bookkeeping)
             "time_split_s": {"target_forward": 0.0, "draft_blocks": 0.0, "outside_blocks": 0.0},
@@ -201,6 +210,7 @@ class Decoder:
         self.stats["accepted_beyond_top1"] += any(buffer.shape.ranks[node] for node in path)
         self.stats["lookup_nodes"] += len(buffer.point_masses)
         self.stats["lookup_accepted"] += sum(node in buffer.point_masses for node in path)
+        self.stats["drafter_by_round"].append(drafter_of(buffer))
         tokens += [frontier, *accepted_tokens]
         record_round(self.stats, len(out) - 1, buffer.path_tokens(_rank0_path(buffer.shape)), len(path))
         # positions offered: the deepest proposal (prompt lookup may find fewer than m drafts, or none)
@@ -215,6 +225,7 @@ class Decoder:
         self.stats["verify_time_s"] += seconds + time.perf_counter() - start
         self.after_pass(result, [0])
         tokens.append(frontier)
+        self.stats["drafter_by_round"].append("none")
         return self.emit(out, [], following, remaining, 0, 0)
 
     def emit(self, out: list[int], accepted: list[int], following: int, remaining: int, m: int, nodes: int) -> int:
@@ -232,6 +243,15 @@ class Decoder:
         s["emitted_by_round"].append(len(new)), s["proposed_by_round"].append(m), s["accepted_by_round"].append(len(accepted))
         s["stopped_by_round"].append(len(new) == remaining or new[-1] == self.eos)
         return following
+
+
+def drafter_of(buffer) -> str:
+    """Who proposed a round's drafts: `lookup` (every node a point mass), `heads` (none), `both` (a graft), `none`."""
+    drafts = buffer.shape.size - 1
+    if not drafts:
+        return "none"
+    masses = len(buffer.point_masses)
+    return "lookup" if masses == drafts else "heads" if not masses else "both"
 
 
 def _rank0_path(shape) -> list[int]:

@@ -14,6 +14,7 @@ text's length). Sizes are tried longest first; the first size with an earlier oc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from lab.errors import require
@@ -21,23 +22,61 @@ from lab.inference.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
 
 DEFAULT_SIZES = (3, 2, 1)
 DEFAULT_MAX_DRAFT = 10
+METHODS = ("ngram", "suffix")  # lab/decode/ngram.py NgramIndex, lab/decode/suffix.py SuffixIndex
+COMBINES = ("graft", "choose")  # with heads: the lookup chain grafted into their tree, or one drafter per round (lab/decode/choose.py)
+OCCURRENCES = ("latest", "earliest")
 
 
 @dataclass(frozen=True)
 class PromptLookup:
-    """Settings of the n-gram proposer: `sizes` n-gram lengths tried (longest first), `max_draft` tokens per round at most,
-    `with_heads`: draft with the model's heads too (the n-gram chain becomes one more branch of their tree)."""
+    """Settings of the lookup proposers (drafts copied from the prompt and the output so far).
+
+    sizes         ngram: n-gram lengths tried, longest first
+    max_draft     draft tokens per round at most
+    with_heads    draft with the model's heads too
+    method        ngram: what followed an earlier occurrence of the last n tokens; suffix: a suffix trie of the
+                  text with occurrence counts, drafts along its most frequent continuation (SuffixDecoding)
+    combine       with heads: graft (the lookup chain becomes one more branch of the heads' tree, both verified
+                  every round) or choose (one drafter per round: the lookup's chain when its match is at least
+                  min_match tokens long, else the heads')
+    min_match     choose: the shortest match the lookup drafts on
+    occurrence    ngram: copy after the latest or the earliest earlier occurrence
+    loop          a draft that reaches the end of the text goes on copying from itself (a repeat of period p drafts
+                  beyond p tokens); off, it stops there
+    spec_factor   draft at most ceil(spec_factor × match length) tokens (null: max_draft whatever the match)
+    max_depth     suffix: the longest substring the trie holds (the match plus its draft)
+    min_token_prob  suffix: stop where the continuation's share of the matched text's continuations falls below
+    """
 
     sizes: tuple[int, ...] = DEFAULT_SIZES
     max_draft: int = DEFAULT_MAX_DRAFT
     with_heads: bool = True
+    method: str = "ngram"
+    combine: str = "graft"
+    min_match: int = 2
+    occurrence: str = "latest"
+    loop: bool = False
+    spec_factor: float | None = None
+    max_depth: int = 24
+    min_token_prob: float = 0.1
 
     def __post_init__(self):
         sizes = tuple(self.sizes) if isinstance(self.sizes, (list, tuple)) else ()
-        require(bool(sizes) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes), "ngram.sizes",
+        require(bool(sizes) and all(is_count(n) and n >= 1 for n in sizes), "ngram.sizes",
                 f"must be a non-empty list of n-gram lengths ≥ 1 (e.g. [3, 2, 1]), got {self.sizes!r}")
-        require(isinstance(self.max_draft, int) and not isinstance(self.max_draft, bool) and self.max_draft >= 1, "ngram.max_draft",
+        require(is_count(self.max_draft) and self.max_draft >= 1, "ngram.max_draft",
                 f"must be an int ≥ 1 (draft tokens per round), got {self.max_draft!r}")
+        for field, allowed in (("method", METHODS), ("combine", COMBINES), ("occurrence", OCCURRENCES)):
+            require(getattr(self, field) in allowed, f"ngram.{field}", f"unknown {getattr(self, field)!r}; allowed: {', '.join(allowed)}")
+        require(is_count(self.min_match) and self.min_match >= 1, "ngram.min_match",
+                f"must be an int ≥ 1 (tokens of match before the lookup drafts), got {self.min_match!r}")
+        require(is_count(self.max_depth) and self.max_depth >= 2, "ngram.max_depth",
+                f"must be an int ≥ 2 (a match of one token and one draft), got {self.max_depth!r}")
+        require(is_number(self.min_token_prob) and 0 < self.min_token_prob < 1, "ngram.min_token_prob",
+                f"must be a number in (0, 1), got {self.min_token_prob!r}")
+        require(self.spec_factor is None or (is_number(self.spec_factor) and self.spec_factor > 0), "ngram.spec_factor",
+                f"must be a number > 0 or null, got {self.spec_factor!r}")
+        require(isinstance(self.loop, bool), "ngram.loop", f"must be true or false, got {self.loop!r}")
         object.__setattr__(self, "sizes", tuple(sorted(set(sizes), reverse=True)))
 
     def check_context(self, context: int | None) -> None:
@@ -46,52 +85,95 @@ class PromptLookup:
             require(self.max_draft < context - 1, "ngram.max_draft",
                     f"must be < {context - 1}: a round of {self.max_draft} drafts does not fit the model's context of {context} positions")
 
+    def draft_limit(self, match: int, m: int) -> int:
+        """Drafts a match of `match` tokens may propose this round (m: the round's room)."""
+        limit = min(m, self.max_draft)
+        return limit if self.spec_factor is None else min(limit, math.ceil(self.spec_factor * match))
+
+
+def is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def copy_on(text: list[int], start: int, limit: int, loop: bool) -> list[int]:
+    """Up to `limit` tokens from text[start]; with `loop`, each copied token extends the text it copies from, so a
+    copy that reaches the end continues along the repeat (period len(text) − start)."""
+    if not loop:
+        return text[start : start + limit]
+    extended = list(text)
+    for k in range(limit):
+        extended.append(extended[start + k])
+    return extended[len(text) :]
+
 
 class NgramIndex:
-    """Latest occurrence of every n-gram (of the configured sizes) of one growing token sequence."""
+    """The latest (or earliest) occurrence of every n-gram (of the configured sizes) of one growing token sequence."""
 
-    def __init__(self, sizes: tuple[int, ...]):
-        self.sizes = sizes
-        self.latest: dict[tuple[int, ...], int] = {}  # n-gram -> end (exclusive) of its latest indexed occurrence
-        self.indexed = 0  # occurrences ending at ≤ this index are in `latest`
+    def __init__(self, sizes: tuple[int, ...], earliest: bool = False):
+        self.sizes, self.earliest = sizes, earliest
+        self.ends: dict[tuple[int, ...], int] = {}  # n-gram -> end (exclusive) of its latest (earliest) indexed occurrence
+        self.indexed = 0  # occurrences ending at ≤ this index are in `ends`
 
-    def lookup(self, text: list[int], limit: int) -> list[int]:
-        """Up to `limit` tokens that followed the latest earlier occurrence of text's longest matching suffix n-gram."""
+    def find(self, text: list[int]) -> tuple[int, int | None]:
+        """(n, end): the longest size n whose last n tokens occurred earlier, and where that occurrence ended; (0, None)."""
         self._index(text, len(text) - 1)  # an occurrence must end before the text does (a token must follow it)
         for n in self.sizes:
             if n <= len(text):
-                end = self.latest.get(tuple(text[len(text) - n :]))
+                end = self.ends.get(tuple(text[len(text) - n :]))
                 if end is not None:
-                    return text[end : end + limit]
-        return []
+                    return n, end
+        return 0, None
+
+    def lookup(self, text: list[int], limit: int, loop: bool = False) -> list[int]:
+        """Up to `limit` tokens that followed the chosen earlier occurrence of text's longest matching suffix n-gram."""
+        _, end = self.find(text)
+        return [] if end is None else copy_on(text, end, limit, loop)
 
     def _index(self, text: list[int], until: int) -> None:
         for end in range(self.indexed + 1, until + 1):  # the tokens committed since the last round
             for n in self.sizes:
                 if n <= end:
-                    self.latest[tuple(text[end - n : end])] = end
+                    key = tuple(text[end - n : end])
+                    if not (self.earliest and key in self.ends):
+                        self.ends[key] = end
         self.indexed = max(self.indexed, until)
 
 
 class NgramProposer:
     """Prompt lookup behind the proposer interface: a chain of up to `max_draft` point-mass drafts (none when nothing matches)."""
 
+    name = "prompt lookup"
+
     def __init__(self, state, settings: PromptLookup, vocab_identity: str):
         self.state, self.settings, self.vocab = state, settings, vocab_identity
-        self.index = NgramIndex(settings.sizes)
+        self.index = NgramIndex(settings.sizes, earliest=settings.occurrence == "earliest")
         self.max_drafts = settings.max_draft
 
+    def match(self, tokens: list[int], frontier: int, m: int) -> tuple[int, list[int]]:
+        """(match length, drafts) after the emitted text tokens + [frontier]."""
+        text = tokens + [frontier]
+        n, end = self.index.find(text)
+        return (0, []) if end is None else (n, copy_on(text, end, self.settings.draft_limit(n, m), self.settings.loop))
+
     def drafts(self, tokens: list[int], frontier: int, m: int) -> list[int]:
-        return self.index.lookup(tokens + [frontier], min(m, self.max_drafts))
+        return self.match(tokens, frontier, m)[1]
 
     def propose(self, tokens: list[int], frontier: int, m: int, chooser) -> ProposalBuffer:
-        drafts = self.drafts(tokens, frontier, m)
-        shape = TreeShape.chain(len(drafts))
-        return ProposalBuffer(self.state.length, shape, [frontier, *drafts], [0] + [NGRAM_HORIZON] * len(drafts), [None] * len(drafts),
-                              None, "prompt lookup", self.vocab, frozenset(range(1, shape.size)))
+        return point_mass_chain(self.state.length, frontier, self.drafts(tokens, frontier, m), self.name, self.vocab)
 
     def after_verify(self, target_pass, rows: list[int]) -> None:
         """Nothing to update: the index reads the committed tokens themselves."""
+
+
+def point_mass_chain(version: int, frontier: int, drafts: list[int], name: str, vocab: str) -> ProposalBuffer:
+    """A chain of deterministic drafts after the frontier (their law: all mass on their token)."""
+    shape = TreeShape.chain(len(drafts))
+    return ProposalBuffer(version, shape, [frontier, *drafts], [0] + [NGRAM_HORIZON] * len(drafts), [None] * len(drafts),
+                          None, name, vocab, frozenset(range(1, shape.size)))
 
 
 class HeadsWithNgram:

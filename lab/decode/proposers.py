@@ -6,23 +6,46 @@ lab/model/heads/deepseek/drafter.py); every proposer answers lab.inference.propo
 
 from __future__ import annotations
 
+import math
+
+from lab.decode.choose import ChoosePerRound, ConfidenceGated
 from lab.decode.ngram import HeadsWithNgram, NgramProposer, PromptLookup
+from lab.decode.suffix import SuffixProposer
 from lab.errors import ConfigError, require
 from lab.inference.proposer import vocab_identity
 from lab.inference.target import CachedModel
 from lab.inference.tree import TreeShape
 from lab.model.heads import head_spec, heads_that
 
+LOOKUPS = {"ngram": NgramProposer, "suffix": SuffixProposer}  # PromptLookup.method -> its proposer
 
-def build_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None = None, ngram: PromptLookup | None = None):
-    """The head's proposer (its class's `drafter`); `tree` for drafters of ranked candidates only;
-    with `ngram`, prompt lookup alone (no draft heads, or `ngram.with_heads` off) or merged into the heads' proposals."""
+
+def build_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None = None, ngram: PromptLookup | None = None,
+                   confidence: float | None = None):
+    """The head's proposer (its class's `drafter`); `tree` for drafters of ranked candidates only; `confidence`: the heads'
+    drafts below that probability dropped. With `ngram`, a lookup proposer (n-gram or suffix) alone (no draft heads, or
+    `ngram.with_heads` off), grafted into the heads' proposals, or chosen per round (`ngram.combine`)."""
     heads = heads_proposer(state, draft_steps, tree) if ngram is None or ngram.with_heads else None
+    has_heads = heads is not None and heads.max_drafts >= 1
+    require(confidence is None or has_heads, "confidence", "gates the draft heads' proposals, and this request drafts without heads "
+            "(a K = 1 model, or prompt lookup with with_heads=false); drop it")
+    if confidence is not None:
+        check_confidence(confidence)
+        heads = ConfidenceGated(heads, confidence)
     if ngram is None:
         return heads
     require(tree is None or heads is not None, "tree", "shapes the draft heads' candidates; prompt lookup alone drafts one chain (use tree=None)")
-    lookup = NgramProposer(state, ngram, vocab_identity(state.model))
-    return lookup if heads is None or heads.max_drafts < 1 else HeadsWithNgram(heads, lookup)
+    require(ngram.combine != "choose" or has_heads, "ngram.combine", "choose picks the lookup or the draft heads each round, and this "
+            "request has no draft heads (a K = 1 model, or with_heads=false); allowed here: graft")
+    lookup = LOOKUPS[ngram.method](state, ngram, vocab_identity(state.model))
+    if not has_heads:
+        return lookup
+    return ChoosePerRound(heads, lookup, ngram.min_match) if ngram.combine == "choose" else HeadsWithNgram(heads, lookup)
+
+
+def check_confidence(confidence) -> None:
+    number = isinstance(confidence, (int, float)) and not isinstance(confidence, bool) and math.isfinite(confidence)
+    require(number and 0 < confidence < 1, "confidence", f"must be a probability in (0, 1) (a draft below it is not verified), got {confidence!r}")
 
 
 def heads_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None):

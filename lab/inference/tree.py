@@ -196,6 +196,25 @@ class ProposalBuffer:
             return None
         return self.candidate_probs[self.shape.depths[node] - 1][self.shape.ranks[node]]
 
+    def pruned(self, keep) -> "ProposalBuffer":
+        """Only the nodes of `keep` (the root always) whose ancestors and lower-ranked siblings are kept too: a rank-closed
+        subtree (recursive rejection visits a node's children in draw order, so a kept rank needs every rank before it)."""
+        wanted, kept = set(keep) | {0}, {0}
+        for node in range(1, self.shape.size):  # breadth-first: parents and lower-ranked siblings come first
+            parent = self.shape.parents[node]
+            before = [c for c in self.shape.children[parent] if self.shape.ranks[c] < self.shape.ranks[node]]
+            if node in wanted and parent in kept and all(c in kept for c in before):
+                kept.add(node)
+        if len(kept) == self.shape.size:
+            return self
+        paths = [self.shape.rank_paths[i] for i in sorted(kept) if i]
+        shape = TreeShape.from_paths(paths) if paths else TreeShape.chain(0)
+        old = {self.shape.rank_paths[i]: i for i in kept}
+        nodes = [old[path] for path in shape.rank_paths]  # new node -> old node
+        return ProposalBuffer(self.prefix_version, shape, [self.tokens[i] for i in nodes], [self.horizons[i] for i in nodes],
+                              self.candidate_probs[: shape.depth], self.draft_logits, self.head_identity, self.vocab_identity,
+                              frozenset(new for new, i in enumerate(nodes) if i in self.point_masses))
+
     def graft(self, chain: list[int]) -> "ProposalBuffer":
         """This tree with the deterministic `chain` of tokens after the root merged in as a trie.
 

@@ -1,0 +1,83 @@
+"""Combining drafters by choosing, not concatenating: one drafter per round, and heads that stop where they are unsure.
+
+`ChoosePerRound`: each round asks the lookup (n-gram or suffix) for its match first; a match of at
+least `min_match` tokens drafts alone, otherwise the heads draft (vLLM's n-gram-else-EAGLE, SAM-Decoding's
+switch by match length). Verifying both every round (`HeadsWithNgram`, the graft) costs the rows of
+both for the accepted tokens of one; here a round verifies one proposal.
+
+`ConfidenceGated`: the heads' proposal cut where the head is unsure (with the node's descendants, and its
+later-ranked siblings, so the tree stays rank-closed). Greedy: a draft stays when its own probability under
+the head is ≥ `threshold`. Sampling: a node stays when the law it was drawn from has a top probability
+≥ `threshold` — decided by what was known *before* its draw, never by the token drawn: a gate on the drawn
+token's own probability would replace exactly the low-probability draws by a draw from the target and bias
+the output (the enumeration test catches it). Stopping a chain or a sibling list on what precedes the draw
+keeps speculative sampling exact: each position either draws and is accepted or rejected as usual, or the
+target samples it.
+
+Both decisions read only the emitted text and the drafter's own probabilities, never the target's, so
+verification stays exact: greedy output is plain greedy's, and sampling keeps the target's law.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lab.decode.ngram import point_mass_chain
+from lab.inference.tree import ProposalBuffer
+
+
+class ChoosePerRound:
+    """The lookup's chain when its match is ≥ `min_match` tokens, else the heads' proposal."""
+
+    def __init__(self, heads, lookup, min_match: int):
+        self.heads, self.lookup, self.min_match = heads, lookup, min_match
+        self.max_drafts = max(heads.max_drafts, lookup.max_drafts)
+
+    @property
+    def draft_blocks_s(self) -> float:
+        return getattr(self.heads, "draft_blocks_s", 0.0)
+
+    def propose(self, tokens: list[int], frontier: int, m: int, chooser) -> ProposalBuffer:
+        length, drafts = self.lookup.match(tokens, frontier, m)
+        if length >= self.min_match and drafts:
+            return point_mass_chain(self.lookup.state.length, frontier, drafts, self.lookup.name, self.lookup.vocab)
+        return self.heads.propose(tokens, frontier, min(m, self.heads.max_drafts), chooser)
+
+    def after_verify(self, target_pass, rows: list[int]) -> None:
+        self.heads.after_verify(target_pass, rows)  # the heads read every pass, whoever drafted
+
+
+class ConfidenceGated:
+    """The heads' proposals without the drafts whose own probability is below `threshold`."""
+
+    def __init__(self, heads, threshold: float):
+        self.heads, self.threshold = heads, threshold
+        self.max_drafts = heads.max_drafts
+        self.drafts_trees = getattr(heads, "drafts_trees", False)
+
+    @property
+    def draft_blocks_s(self) -> float:
+        return getattr(self.heads, "draft_blocks_s", 0.0)
+
+    def propose(self, tokens: list[int], frontier: int, m: int, chooser) -> ProposalBuffer:
+        buffer = self.heads.propose(tokens, frontier, m, chooser)
+        return buffer.pruned([node for node, sure in enumerate(confidence_of(buffer)) if sure >= self.threshold])
+
+    def after_verify(self, target_pass, rows: list[int]) -> None:
+        self.heads.after_verify(target_pass, rows)
+
+
+def confidence_of(buffer: ProposalBuffer) -> list[float]:
+    """Per node (1 for the root and point masses): greedy, the node's own probability under the head; sampling, the top
+    probability of the law its token was drawn from (known before the draw)."""
+    scores = buffer.scores  # per node: the log-probability of its token (the head's softmax when greedy)
+    out = [1.0]
+    for node in range(1, buffer.shape.size):
+        laws = buffer.candidate_probs[buffer.shape.depths[node] - 1]  # [b_j, V] when sampling, None when greedy
+        if node in buffer.point_masses:
+            out.append(1.0)
+        elif laws is not None:
+            out.append(float(laws[buffer.shape.ranks[node]].max()))
+        else:
+            out.append(math.exp(scores[node]))
+    return out

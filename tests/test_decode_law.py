@@ -88,6 +88,20 @@ def enumerated_law(run) -> tuple[dict[tuple, float], int, int]:
     return law, runs, rejections
 
 
+def speculative_law(model, prompt: list[int], n: int, **options) -> tuple[dict[tuple, float], list, int]:
+    """(law, every run's Generation, rejections) of speculative sampling at T = 1 with `options`, enumerated."""
+    from lab.decode import generate
+
+    runs = []
+
+    def run(draws):
+        runs.append(generate(model, torch.tensor(prompt), n, temperature=1.0, speculative=True, draws=draws, **options))
+        return runs[-1]
+
+    law, _, rejections = enumerated_law(run)
+    return law, runs, rejections
+
+
 def plain_law(model, prompt: list[int], n: int, temperature: float = 1.0) -> dict[tuple, float]:
     """P(x_1..x_n) = Π softmax(logits / T)(x_i) from no-cache full forwards over prompt + x_<i."""
     return exact_law(model, prompt, n, temperature, VOCAB)

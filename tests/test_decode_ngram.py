@@ -11,7 +11,7 @@ from lab.decode.ngram import NgramIndex, PromptLookup
 from lab.errors import ConfigError
 from lab.inference.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
 from tests.helpers import build_model
-from tests.test_decode_law import assert_same_law, enumerated_law, tiny
+from tests.test_decode_law import assert_same_law, enumerated_law, speculative_law, tiny
 from tests.test_speculative import exact_law, fit_counting, model64
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
@@ -119,9 +119,7 @@ PROMPT = [2, 0, 1, 1]
 def test_prompt_lookup_keeps_the_exact_sampling_law(case):
     head, options = LAW_CASES[case]
     model = tiny(head)
-    runs = []
-    law, _, rejections = enumerated_law(lambda draws: runs.append(generate(model, torch.tensor(PROMPT), 3, temperature=1.0, speculative=True,
-                                                                           draws=draws, **options)) or runs[-1])
+    law, runs, rejections = speculative_law(model, PROMPT, 3, **options)
     lookup_nodes = sum(run.stats["lookup_nodes"] for run in runs)
     lookup_accepted = sum(run.stats["lookup_accepted"] for run in runs)
     assert rejections > 0 and 0 < lookup_accepted < lookup_nodes  # lookup drafts were verified, some passed and some failed

@@ -16,7 +16,7 @@ from lab.errors import ConfigError
 from lab.inference.ledger import ledger
 from lab.inference.tree import ProposalBuffer, TreeShape
 from tests.helpers import build_model
-from tests.test_decode_law import assert_same_law, enumerated_law, tiny
+from tests.test_decode_law import assert_same_law, enumerated_law, speculative_law, tiny
 from tests.test_decode_ngram import repeating_prompts
 from tests.test_speculative import exact_law, fit_counting, model64
 
@@ -149,9 +149,7 @@ PROMPT = [2, 0, 1, 1]
 def test_each_new_drafter_keeps_the_exact_sampling_law(case):
     head, options = LAW_CASES[case]
     model = tiny(head)
-    runs = []
-    law, _, rejections = enumerated_law(lambda draws: runs.append(generate(model, torch.tensor(PROMPT), 3, temperature=1.0, speculative=True,
-                                                                           draws=draws, **options)) or runs[-1])
+    law, runs, rejections = speculative_law(model, PROMPT, 3, **options)
     assert rejections > 0
     drafters = Counter(who for run in runs for who in run.stats["drafter_by_round"])
     if case.startswith("gated"):  # the gate both kept and dropped drafts over the enumeration

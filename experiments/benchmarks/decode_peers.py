@@ -30,6 +30,8 @@ from lab.decode import generate
 from lab.decode.ngram import PromptLookup
 
 LOOKUP_TOKENS, LOOKUP_NGRAM = 10, 2  # transformers' prompt lookup settings; the harness's lookup uses the same
+CHOOSE_MIN_MATCH = 2  # one drafter per round: the lookup on a match of ≥ 2 tokens (a 1-token match pays for ~4 drafts only)
+GATE = 0.3  # the heads' drafts below this probability under the head are not verified
 TEXT_PROMPTS = [
     "The river that runs past the old mill is slow in summer and loud in spring. Children from the village come down to it "
     "after school, and the miller, who has seen them do this for thirty years, still tells them to keep away from the wheel.",
@@ -61,16 +63,25 @@ class ForwardCounter:
 def harness_modes(model, tree) -> dict:
     """Plain decoding runs the next-token path only, so one model with heads serves every harness mode."""
     sizes = tuple(range(LOOKUP_NGRAM, 0, -1))
-    alone, with_heads = PromptLookup(sizes, LOOKUP_TOKENS, with_heads=False), PromptLookup(sizes, LOOKUP_TOKENS)
+    lookup = dict(max_draft=LOOKUP_TOKENS, with_heads=False)
     modes = {
         "harness plain": lambda p, n: generate(model, p, n).tokens,
-        "harness n-gram": lambda p, n: generate(model, p, n, speculative=True, ngram=alone).tokens,
+        "harness n-gram": lambda p, n: generate(model, p, n, speculative=True, ngram=PromptLookup(sizes, **lookup)).tokens,
+        "harness n-gram earliest, loop": lambda p, n: generate(model, p, n, speculative=True,
+                                                              ngram=PromptLookup(sizes, occurrence="earliest", loop=True, **lookup)).tokens,
+        "harness suffix": lambda p, n: generate(model, p, n, speculative=True, ngram=PromptLookup(method="suffix", loop=True, **lookup)).tokens,
     }
     if model.k > 1:
+        choose = dict(max_draft=LOOKUP_TOKENS, combine="choose", min_match=CHOOSE_MIN_MATCH, loop=True)
         modes["harness heads chain"] = lambda p, n: generate(model, p, n, speculative=True).tokens
+        modes[f"harness heads chain, p ≥ {GATE}"] = lambda p, n: generate(model, p, n, speculative=True, confidence=GATE).tokens
         if model.head.drafter is not None and model.head.drafter.drafts_trees and tree:
             modes[f"harness heads tree {tree}"] = lambda p, n: generate(model, p, n, speculative=True, tree=tree).tokens
-        modes["harness heads + n-gram"] = lambda p, n: generate(model, p, n, speculative=True, ngram=with_heads).tokens
+        modes["harness heads + n-gram"] = lambda p, n: generate(model, p, n, speculative=True, ngram=PromptLookup(sizes, LOOKUP_TOKENS)).tokens
+        modes["harness suffix or heads"] = lambda p, n: generate(model, p, n, speculative=True, confidence=GATE,
+                                                                 ngram=PromptLookup(method="suffix", **choose)).tokens
+        modes["harness n-gram or heads"] = lambda p, n: generate(model, p, n, speculative=True, confidence=GATE,
+                                                                 ngram=PromptLookup(sizes, **choose)).tokens
     return modes
 
 
@@ -99,7 +110,7 @@ def peers_report(model, prompt_ids: dict[str, list[list[int]]], new_tokens: int,
         prompts = [torch.tensor(p) for p in ids]
         seconds, forwards = {name: [] for name in modes}, {name: 0 for name in modes}
         references = [modes["harness plain"](p, new_tokens) for p in prompts]
-        same = {name: all(modes[name](p, new_tokens) == r for p, r in zip(prompts, references)) for name in modes}  # also warms up
+        same = {name: agreement([modes[name](p, new_tokens) for p in prompts], references) for name in modes}  # also warms up
         for repeat in range(repeats):
             for i, prompt in enumerate(prompts):
                 shift = (repeat + i) % len(modes)
@@ -111,6 +122,13 @@ def peers_report(model, prompt_ids: dict[str, list[list[int]]], new_tokens: int,
                     forwards[name] += counter.calls - before
         rows += summarize(kind, label, seconds, forwards, same, new_tokens, len(prompts) * repeats)
     return rows
+
+
+def agreement(outputs: list[list[int]], references: list[list[int]]) -> str:
+    """`n/N` prompts whose output is the reference's, and where the first that is not parts from it."""
+    same = sum(o == r for o, r in zip(outputs, references))
+    parted = [next((i for i, (a, b) in enumerate(zip(o, r)) if a != b), min(len(o), len(r))) for o, r in zip(outputs, references) if o != r]
+    return f"{same}/{len(references)}" + (f" (first parts at token {min(parted)})" if parted else "")
 
 
 def prompt_token_ids(tokenizer, root: Path, humaneval: int = 8) -> dict[str, list[list[int]]]:

@@ -287,7 +287,9 @@ def main() -> None:
     parser.add_argument("--heads", default="identity:3",
                         help="with --peers: untrained heads NAME:K on the model; their next-token path must stay the model's own (identity, medusa, deepseek)")
     parser.add_argument("--peer-tree", default="2,2", help="with --peers: the heads' draft tree (widths)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="with --peers: the model's dtype")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                        help="with --peers: the model's dtype (default: float32 for untrained heads, the run's own with --runs); "
+                             "float32 greedy makes every exact decoder write plain decoding's tokens, so they compare on the same text")
     parser.add_argument("--trees", default=None,
                         help='draft trees to compare with the chain, e.g. "4,3,2;2,2,2;auto:16" (auto:N = N nodes from the run\'s val/agree; needs --runs)')
     args = parser.parse_args()
@@ -305,9 +307,9 @@ def main() -> None:
         repeats = 1 if args.quick else args.spec_repeats
         if args.runs:  # the runs' trained heads on the same base (the folder gives the tokenizer)
             for run_dir in args.runs:
-                peers_of_run(run_dir, args.peers, args.peer_tree, new_tokens, repeats)
+                peers_of_run(run_dir, args.peers, args.peer_tree, new_tokens, repeats, args.dtype)
         else:
-            peers(args.peers, args.heads, args.peer_tree, args.dtype, new_tokens, repeats)
+            peers(args.peers, args.heads, args.peer_tree, args.dtype or "float32", new_tokens, repeats)
 
 
 def peers(folder: Path, heads: str, tree: str, dtype: str, new_tokens: int, repeats: int) -> None:
@@ -320,9 +322,11 @@ def peers(folder: Path, heads: str, tree: str, dtype: str, new_tokens: int, repe
     compare_with_peers(model, folder, tree, new_tokens, repeats, f"{folder.name} {dtype} + untrained {name} K={k}")
 
 
-def peers_of_run(run_dir: Path, folder: Path, tree: str, new_tokens: int, repeats: int) -> None:
-    """`--peers FOLDER --runs RUN...`: a trained run's heads (and its trunk, in the run's dtype) against the same peers."""
+def peers_of_run(run_dir: Path, folder: Path, tree: str, new_tokens: int, repeats: int, dtype: str | None = None) -> None:
+    """`--peers FOLDER --runs RUN...`: a trained run's heads (and its trunk, in the run's dtype or `dtype`) against the same peers."""
     model = load_for_generation(run_dir).model.eval()
+    if dtype is not None:
+        model = model.to(getattr(torch, dtype))
     label = f"{run_dir.name} ({model.head_cfg.name} K={model.k}, {next(model.parameters()).dtype})"
     compare_with_peers(model, folder, tree, new_tokens, repeats, label)
 

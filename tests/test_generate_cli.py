@@ -121,10 +121,18 @@ def test_release_generates_the_parent_checkpoints_tokens(run_dir, tmp_path, caps
         (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--tree", "2,2,2"], None, "tree"),  # K=3 drafts 2 positions
         (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram", "2,0"], None, "--ngram: n-gram lengths must be ≥ 1"),
         (["--prompt", "x", "--max-new-tokens", "4", "--ngram", "2"], None, "--ngram: proposes drafts"),
-        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram-draft", "3"], None, "--ngram-draft: sets up prompt lookup"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram-draft", "3"], None, "--ngram-draft: sets up lookup drafts"),
         (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram", "2", "--ngram-draft", "0"], None, "--ngram-draft: must be ≥ 1"),
         (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram", "2", "--ngram-draft", "31"], None, "--ngram-draft: must be < 31"),
         (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--ngram", "2", "--ngram-only", "--tree", "2,2"], None, "tree: shapes"),
+        # issue 54: the drafters' settings
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--confidence", "1.5"], None, "--confidence: must be a probability in (0, 1)"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--confidence", "0.3"], None, "--confidence: gates the drafts"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--suffix", "--choose", "0"], None, "--choose: must be ≥ 1"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--choose", "2"], None, "--choose: sets up lookup drafts"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--suffix", "--ngram-only", "--choose", "2"], None,
+         "ngram.combine: choose picks the lookup or the draft heads"),
+        (["--prompt", "x", "--max-new-tokens", "4", "--speculative", "--suffix", "--ngram-draft", "31"], None, "--ngram-draft: must be < 31"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(run_dir, args, stdin, field, capsysbinary, monkeypatch):
@@ -142,6 +150,10 @@ def test_prompt_lookup_from_the_cli_emits_the_plain_greedy_tokens(run_dir, capsy
         code, out, err = lab_generate_in_process(capsysbinary, monkeypatch, str(run_dir), "--prompt", prompt, "--max-new-tokens", "8",
                                                  "--speculative", "--ngram", "3,2,1", *extra)
         assert code == 0 and out == plain[1], err
+    for extra in (["--suffix", "--loop"], ["--suffix", "--choose", "2", "--confidence", "0.2"], ["--ngram", "2,1", "--spec-factor", "2"]):
+        code, out, err = lab_generate_in_process(capsysbinary, monkeypatch, str(run_dir), "--prompt", prompt, "--max-new-tokens", "8",
+                                                 "--speculative", *extra)
+        assert code == 0 and out == plain[1], (extra, err)
 
 
 def test_generating_past_the_trained_context_warns_in_one_line_naming_it(run_dir, capsysbinary, monkeypatch):

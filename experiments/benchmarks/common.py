@@ -89,6 +89,21 @@ def paired_ratio(a: Timing, b: Timing) -> Timing:
     return Timing([x / y for x, y in zip(a.samples, b.samples, strict=True)])
 
 
+def cpu_clock() -> Callable[[], float]:
+    """CPU seconds of what torch computes: this thread's with one intra-op thread, the process's with more (a shared
+    machine's other processes count in neither; wall time would count them)."""
+    import torch
+
+    return time.thread_time if torch.get_num_threads() == 1 else time.process_time
+
+
+def use_cpu_clock_for_decoding() -> None:
+    """`Generation.stats` times (prefill, draft, verify, total) in CPU time instead of wall time."""
+    import lab.decode.generate as generate
+
+    generate.CLOCK = cpu_clock()
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain-text table, columns right-aligned except the first."""
     cells = [[str(h) for h in headers]] + [[_fmt(value) for value in row] for row in rows]

@@ -12,7 +12,7 @@ while it still lowers the number of sequential steps.
 
 from __future__ import annotations
 
-from experiments.benchmarks.common import Timing, interleave, paired_ratio, table  # isort: skip
+from experiments.benchmarks.common import Timing, cpu_clock, interleave, paired_ratio, table  # isort: skip
 
 import statistics
 
@@ -39,7 +39,7 @@ def batch_row(model, prompts: list[torch.Tensor], new_tokens: int, temperature: 
     def run(speculative: bool):
         outputs[speculative] = one_batch(model, prompts, new_tokens, temperature, speculative, eos)
 
-    timings = interleave({"plain": lambda: run(False), "speculative": lambda: run(True)}, repeats=repeats)
+    timings = interleave({"plain": lambda: run(False), "speculative": lambda: run(True)}, repeats=repeats, clock=cpu_clock())
     emitted = {mode: sum(len(g.tokens) for g in outputs[mode == "speculative"]) for mode in timings}
     rate = {mode: Timing([emitted[mode] / s for s in t.samples]) for mode, t in timings.items()}
     spec = outputs[True]

@@ -4,7 +4,7 @@ Same weights (the harness's trunk *is* the transformers model), same prompts, gr
 harness plain, prompt lookup alone, heads (chain), heads (tree), heads + prompt lookup; against
 transformers' `generate` plain, with `prompt_lookup_num_tokens`, and with `use_mtp=True` where the
 family declares MTP layers. Modes run interleaved per prompt (rotated order), each timed in
-per-thread CPU time (`time.thread_time`: the machine is shared; torch runs one intra-op thread);
+CPU time (`common.cpu_clock`: this thread's with one intra-op thread, the process's with more; the machine is shared);
 per prompt the ratio to harness plain and to transformers plain, then the median and [min–max]
 over prompts and repeats. Target forwards are counted with a forward hook on the base model
 (every mode, transformers' included), so tokens per forward is measured the same way for all.
@@ -20,12 +20,11 @@ column ("same tokens") shows it.
 from __future__ import annotations
 
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
-from experiments.benchmarks.common import table
+from experiments.benchmarks.common import cpu_clock, table
 from lab.decode import generate
 from lab.decode.ngram import PromptLookup
 
@@ -105,6 +104,7 @@ def peers_report(model, prompt_ids: dict[str, list[list[int]]], new_tokens: int,
     """prompt_ids: {"code": [...], "text": [...], "humaneval": [...]} token ids. Rows of `HEADERS`."""
     modes = {**harness_modes(model, tree), **transformers_modes(model.hf_model)}
     counter = ForwardCounter(model.hf_model.base_model)
+    clock = cpu_clock()
     rows = []
     for kind, ids in prompt_ids.items():
         prompts = [torch.tensor(p) for p in ids]
@@ -116,9 +116,9 @@ def peers_report(model, prompt_ids: dict[str, list[list[int]]], new_tokens: int,
                 shift = (repeat + i) % len(modes)
                 names = list(modes)
                 for name in names[shift:] + names[:shift]:
-                    before, start = counter.calls, time.thread_time()
+                    before, start = counter.calls, clock()
                     modes[name](prompt, new_tokens)
-                    seconds[name].append(time.thread_time() - start)
+                    seconds[name].append(clock() - start)
                     forwards[name] += counter.calls - before
         rows += summarize(kind, label, seconds, forwards, same, new_tokens, len(prompts) * repeats)
     return rows

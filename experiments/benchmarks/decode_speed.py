@@ -38,7 +38,7 @@ candidate choice, acceptance, cache commits, bookkeeping), in ms per round.
 from __future__ import annotations
 
 # common first: it sets OMP_WAIT_POLICY before torch loads OpenMP.
-from experiments.benchmarks.common import Timing, interleave, paired_ratio, table, verdict  # isort: skip
+from experiments.benchmarks.common import Timing, cpu_clock, interleave, paired_ratio, table, use_cpu_clock_for_decoding, verdict  # isort: skip
 
 import argparse
 import statistics
@@ -74,7 +74,7 @@ def cached_vs_uncached(new_tokens: int, repeats: int) -> None:
     prompt = torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(0))
     same = generate(model, prompt, new_tokens).tokens == uncached_greedy(model, prompt, new_tokens)
     timings = interleave({"cached": lambda: generate(model, prompt, new_tokens), "uncached": lambda: uncached_greedy(model, prompt, new_tokens)},
-                         repeats=repeats)
+                         repeats=repeats, clock=cpu_clock())
     rate = lambda t: Timing([new_tokens / s for s in t.samples])  # noqa: E731
     ratio = paired_ratio(timings["uncached"], timings["cached"])
     print(f"== cached vs uncached: ntp d_model=128 n_layers=4 V=259, prompt 64, {new_tokens} new greedy tokens, "
@@ -294,6 +294,7 @@ def main() -> None:
                         help='draft trees to compare with the chain, e.g. "4,3,2;2,2,2;auto:16" (auto:N = N nodes from the run\'s val/agree; needs --runs)')
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    use_cpu_clock_for_decoding()  # every part in CPU time: the speculative part's Generation.stats too (issue 54)
     new_tokens, repeats = (16, 2) if args.quick else (args.new_tokens, args.repeats)
     if not args.skip_cache_part:
         cached_vs_uncached(new_tokens, repeats)

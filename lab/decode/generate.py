@@ -35,6 +35,10 @@ from lab.inference.sampling import TokenChooser
 from lab.inference.target import CachedModel
 from lab.inference.tree import tree_shape
 
+# The clock of `Generation.stats`' times: wall time. A benchmark on a shared machine sets a CPU clock
+# (experiments/benchmarks/common.py `cpu_clock`), so that other processes' load does not count.
+CLOCK = time.perf_counter
+
 
 def generate(
     model,
@@ -143,20 +147,20 @@ class Decoder:
 
     def target_pass(self, tokens: list[int], shape=None, last_logits_only: bool = False):
         """One target forward; the next-token path's time is verification time."""
-        start = time.perf_counter()
+        start = CLOCK()
         result = self.state.forward(tokens, shape, last_logits_only)
         self.stats["target_forwards"] += 1
-        return result, time.perf_counter() - start
+        return result, CLOCK() - start
 
     def after_pass(self, result, rows: list[int]) -> None:
-        start = time.perf_counter()
+        start = CLOCK()
         if self.proposer is not None:
             self.proposer.after_verify(result, rows)  # the draft heads' share of the pass
-        self.stats["draft_time_s"] += time.perf_counter() - start
+        self.stats["draft_time_s"] += CLOCK() - start
         self.state.commit_rows(rows)
 
     def run(self, prompt: list[int], max_new_tokens: int, stop=None) -> Generation:
-        begin = time.perf_counter()
+        begin = CLOCK()
         out: list[int] = []
         if max_new_tokens > 0:
             result, seconds = self.target_pass(prompt, last_logits_only=True)  # prefill
@@ -165,13 +169,13 @@ class Decoder:
             self.after_pass(result, list(range(len(prompt))))
             out.append(frontier)
             tokens = list(prompt)  # tokens with committed target rows
-            rounds_begin = time.perf_counter()
+            rounds_begin = CLOCK()
             while len(out) < max_new_tokens and out[-1] != self.eos and not (stop is not None and stop(out)):
                 frontier = self.round(tokens, frontier, out, max_new_tokens - len(out))
-            self.settle_split(time.perf_counter() - rounds_begin)
+            self.settle_split(CLOCK() - rounds_begin)
         if self.proposer is not None:
             settle_paths(self.stats, out, self.proposer.max_drafts)
-        elapsed = time.perf_counter() - begin
+        elapsed = CLOCK() - begin
         self.stats.update(
             emitted=len(out),
             kv_bytes=dict(self.state.caches.peak_bytes),
@@ -194,17 +198,17 @@ class Decoder:
         if not m:
             self.stats["fallbacks"] += self.proposer is not None
             return self.plain_step(tokens, frontier, out, remaining)
-        start = time.perf_counter()
+        start = CLOCK()
         buffer = self.proposer.propose(tokens, frontier, m, self.chooser)
-        self.stats["draft_time_s"] += time.perf_counter() - start
+        self.stats["draft_time_s"] += CLOCK() - start
         self.state.caches.record_peaks()  # provisional draft rows (DeepSeek steps) count towards the draft peak
         if buffer.prefix_version != self.state.length:
             raise RuntimeError(f"proposal made after {buffer.prefix_version} committed rows, target holds {self.state.length}")
         result, seconds = self.target_pass(buffer.tokens, buffer.shape)  # row i predicts the slot after node i
         self.stats["time_split_s"]["target_forward"] += seconds
-        start = time.perf_counter()
+        start = CLOCK()
         path, following = accept_tree(buffer, result.logits, self.chooser)
-        self.stats["verify_time_s"] += seconds + time.perf_counter() - start
+        self.stats["verify_time_s"] += seconds + CLOCK() - start
         self.after_pass(result, [0, *path])  # the frontier's row and the accepted path's rows
         accepted_tokens = buffer.path_tokens(path)
         self.stats["accepted_beyond_top1"] += any(buffer.shape.ranks[node] for node in path)
@@ -220,9 +224,9 @@ class Decoder:
         """One target pass over the frontier, no drafts (plain decoding, or no slot left for a draft)."""
         result, seconds = self.target_pass([frontier])
         self.stats["time_split_s"]["target_forward"] += seconds
-        start = time.perf_counter()
+        start = CLOCK()
         following, _ = self.chooser.choose(result.logits[0])
-        self.stats["verify_time_s"] += seconds + time.perf_counter() - start
+        self.stats["verify_time_s"] += seconds + CLOCK() - start
         self.after_pass(result, [0])
         tokens.append(frontier)
         self.stats["drafter_by_round"].append("none")

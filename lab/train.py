@@ -34,8 +34,8 @@ from lab.run.attempts import begin_attempt, close_attempt, failure_reason, final
 from lab.run.guard import check_not_overwriting, check_paths, discard_new_run_dir
 from lab.run.orphan import running_job, stop_when_orphaned
 from lab.run.record import INTERRUPTED, RunRecord
-from lab.run.resume_config import check_resume_config
-from lab.run.startup_signals import StartUpInterrupted, start_up
+from lab.run.resume_config import check_resume_config, resumes_own_checkpoint
+from lab.run.startup_signals import StartUpInterrupted, ignore_signals, start_up
 from lab.tracking.wandb_reach import check_wandb_reachable
 from lab.tracking.wandb_status import finish_wandb, mark_wandb_run_failed
 
@@ -57,8 +57,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.draft_vocab import choose_draft_vocab
     from lab.model.mtp import check_vocabulary, fill_vocab_size
 
-    settle_unused_settings(cfg, record)
-    checked = check_config(cfg)
+    checked = check_config(cfg, noted=settle_unused_settings(cfg, record))
     settle_threads(cfg, record)  # before anything computes: model conversion, data, generated rows, caches
     if record is not None:
         record.update(**head_fields(checked.head))
@@ -97,18 +96,22 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     return datamodule, module
 
 
-def settle_unused_settings(cfg: DictConfig, record: RunRecord | None) -> None:
-    """A sweep job's settings that change nothing: noted, recorded and run at their defaults (a single run
-    refused them before its folder existed; lab/config/unused.py)."""
+def settle_unused_settings(cfg: DictConfig, record: RunRecord | None) -> frozenset[str]:
+    """A sweep job's settings that change nothing (or those a resumed sweep job noted before): noted, recorded and run
+    at their defaults (a single run refused them before its folder existed; lab/config/unused.py). The noted fields."""
     from lab.config.checks import in_sweep_job, typed_head
-
-    if not in_sweep_job():
-        return
     from lab.config.unused import settle_unused_for_sweep_job, unused_settings
 
-    settled = settle_unused_for_sweep_job(cfg, unused_settings(cfg, typed_head(cfg)))
-    if record is not None and settled:
-        record.update(unused_settings=settled)
+    noted_before = {entry["field"] for entry in ((record.previous or {}).get("unused_settings") or [])} if record is not None else set()
+    found = unused_settings(cfg, typed_head(cfg))
+    if not in_sweep_job():
+        found = [setting for setting in found if setting.field in noted_before]
+    if not found:
+        return frozenset()
+    settled = settle_unused_for_sweep_job(cfg, found)
+    if record is not None:
+        record.update(unused_settings=settled, config=OmegaConf.to_container(cfg, resolve=True))  # the config the job runs
+    return frozenset(setting.field for setting in found)
 
 
 def use_generated_rows(cfg: DictConfig, train_rows, datamodule, model, record: RunRecord | None) -> None:
@@ -259,14 +262,6 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
     return str(cfg.ckpt_path)  # its existence: lab.config.checks.check_run_config
 
 
-def resumes_own_checkpoint(cfg: DictConfig, run_dir: Path) -> bool:
-    """`ckpt_path=last` with a last.ckpt, or a checkpoint inside this run's folder: the attempt continues this run."""
-    if cfg.ckpt_path is None:
-        return False
-    ckpt = run_dir / "checkpoints" / "last.ckpt" if cfg.ckpt_path == "last" else Path(str(cfg.ckpt_path))
-    return ckpt.exists() and ckpt.resolve().is_relative_to(run_dir.resolve())
-
-
 def run(cfg: DictConfig) -> float | None:
     quiet_environment()  # also in launcher worker processes, which never run main()
     register_resolvers()  # a joblib worker process imports this module afresh
@@ -284,8 +279,8 @@ def run_job(cfg: DictConfig) -> float | None:
     try:
         with start_up():  # a signal before training: one line and nothing half-written (lab/run/startup_signals.py)
             check_not_overwriting(cfg.ckpt_path, record.finished_ok, run_dir)
-            if resumes_own_checkpoint(cfg, run_dir):  # the same run, continued: its recorded config stands
-                check_resume_config((record.previous or {}).get("config"), OmegaConf.to_container(cfg, resolve=True))
+            if resumes_own_checkpoint(cfg.ckpt_path, run_dir):  # the same run, continued: its recorded config stands
+                check_resume_config(record.previous, OmegaConf.to_container(cfg, resolve=True))
             datamodule, module, ckpt_path, resume_step = prepare(cfg, record)
         done = nothing_left(cfg, record, resume_step)
         if done is not None:
@@ -295,6 +290,7 @@ def run_job(cfg: DictConfig) -> float | None:
         attempt = begin_attempt(record, cfg, run_dir, ckpt_path, resume_step)
         trainer = fit(cfg, record, datamodule, module, ckpt_path, resume_step)
     except StartUpInterrupted as stop:  # nothing trained: a folder this attempt made goes, an existing record stays
+        ignore_signals()  # until the exit: the cleanup below must not be interrupted
         removed = discard_new_run_dir(run_dir)
         finish_wandb()
         print(f"interrupted: {run_dir}: {stop}; nothing was trained{' (its new run folder removed)' if removed else ''}",

@@ -195,6 +195,8 @@ def test_the_ledger_reports_each_drafters_rounds():
     ({"ngram": {"method": "trie"}}, r"^ngram\.method: unknown 'trie'; allowed: ngram, suffix"),
     ({"ngram": {"spec_factor": 0}}, r"^ngram\.spec_factor: must be a number > 0"),
     ({"ngram": {"combine": "choose", "with_heads": False}}, r"^ngram\.combine: choose picks the lookup or the draft heads"),
+    ({"ngram": {"method": "suffix", "occurrence": "earliest"}}, r"^ngram\.occurrence: only method=ngram reads it"),
+    ({"ngram": {"min_match": 3}}, r"^ngram\.min_match: only combine=choose reads it"),
     ({"confidence": 0.0}, r"^confidence: must be a probability in \(0, 1\)"),
     ({"confidence": 1.5}, r"^confidence: must be a probability in \(0, 1\)"),
     ({"confidence": 0.5, "ngram": {"with_heads": False}}, r"^confidence: gates the draft heads' proposals"),

@@ -103,6 +103,13 @@ def test_a_sweep_job_notes_the_setting_runs_it_at_its_default_and_records_it(tmp
     assert runs[1]["unused_settings"] == [{"field": "reduction.policy", "value": "weighted_pair", "runs_as": "head_mean",
                                            "why": "with head.k=1 it gives head_mean's coefficients"}]
     assert "unused_settings" not in runs[2]
+    assert runs[1]["config"]["reduction"]["policy"] == "head_mean"  # run.json holds the config the job ran
+    # Its resume as a single run, with the job's own overrides and a longer run: noted again, not refused.
+    job = next(p.parent for p in sweep.glob("*/run.json") if json.loads(p.read_text())["k"] == 1)
+    out = lab_train("head=ntp", "reduction=weighted_pair", "trainer.max_steps=3", "callbacks.decoding.prompts=0",
+                    f"hydra.run.dir={job}", "ckpt_path=last", cache_dir=cache_dir, cwd=tmp_path)
+    assert out.returncode == 0 and note in out.stderr, out.stderr[-3000:]
+    assert [a["status"] for a in json.loads((job / "run.json").read_text())["attempts"]] == ["ok", "ok"]
 
 
 @pytest.mark.parametrize("overrides, words", [

@@ -51,10 +51,11 @@ def check_group_overrides(argv: list[str], conf_dir: Path) -> None:
         check_group_choice(key, [choice.strip() for choice in value.split(",")], conf_dir)
 
 
-def check_config(cfg: DictConfig) -> "CheckedGroups":
+def check_config(cfg: DictConfig, noted: frozenset[str] = frozenset()) -> "CheckedGroups":
     """Every check of a run's config that needs no data and no weights, in one sequence: the run
     settings, then each group through the typed config it is built from (each field checked by its
-    group's schema), then the invariants across groups. `lab-train`'s pre-flight and `build` call it."""
+    group's schema), then the invariants across groups. `lab-train`'s pre-flight and `build` call it.
+    `noted`: settings that change nothing which this run already noted (a resumed sweep job's), not refused."""
     from lab.data import check_data_config
     from lab.model.compile import split_compile_option
     from lab.config.unused import refuse_unused, unused_settings
@@ -77,7 +78,7 @@ def check_config(cfg: DictConfig) -> "CheckedGroups":
     head = typed_head(cfg)
     check_future_horizons(head)
     if not in_sweep_job():  # a sweep job noted them and set them to their defaults (lab.train.settle_unused_settings)
-        refuse_unused(unused_settings(cfg, head))
+        refuse_unused([setting for setting in unused_settings(cfg, head) if setting.field not in noted])
     if model.get("name") != "hf":
         model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
     trunk = model_config(model)

@@ -218,8 +218,10 @@ def check_single_run(cfg: DictConfig) -> None:
     """Every check a single run can make before Hydra makes the run folder: the config (the same
     `check_config` the build runs first) and the files it names (parent weights, checkpoint)."""
     from lab.config.checks import check_config
+    from lab.run.resume_config import noted_unused_settings
 
-    check_config(cfg)
+    resuming = cfg.ckpt_path == "last" and OmegaConf.select(cfg, "hydra.run.dir") is not None
+    check_config(cfg, noted_unused_settings(Path(str(cfg.hydra.run.dir))) if resuming else frozenset())
     if cfg.get("init_from"):
         from lab.checkpoint.init_from import parent_files
 

@@ -38,12 +38,18 @@ class UnusedSetting:
     value: object
     default: object  # what the run computes as if
     why: str
+    reset: bool = True  # a sweep job runs it at its default (False: as given, which computes the same)
 
     def message(self) -> str:
         return f"{self.why} (it would change nothing); allowed: {_shown(self.default)} (its default)"
 
     def note(self) -> str:
-        return f"{self.field}={_shown(self.value)} changes nothing here: {self.why}; the job runs it at {_shown(self.default)}"
+        runs = f"runs it at {_shown(self.default)}" if self.reset else f"runs it as given (computing what {_shown(self.default)} computes)"
+        return f"{self.field}={_shown(self.value)} changes nothing here: {self.why}; the job {runs}"
+
+    @property
+    def runs_as(self) -> object:
+        return self.default if self.reset else self.value
 
 
 def _shown(value) -> str:
@@ -125,7 +131,9 @@ def _same_coefficients(reduction: dict, weights: dict, max_steps: int) -> list[U
     options = {key: value for key, value in weights.items() if key != "name" and value is not None}
     if (weights["name"] != default_schedule or options) and all(
             torch.equal(schedule.lambdas(p), uniform.lambdas(p)) for p in progress):
-        found.append(UnusedSetting("weights.name", weights["name"], default_schedule, "with head.k=1 its λ is uniform's [1] at every step"))
+        # Not reset in a sweep job: the group's schema is the schedule's own, and its λ is uniform's anyway.
+        found.append(UnusedSetting("weights.name", weights["name"], default_schedule, "with head.k=1 its λ is uniform's [1] at every step",
+                                   reset=False))
     return found
 
 
@@ -138,12 +146,12 @@ def refuse_unused(found: list[UnusedSetting]) -> None:
 
 
 def settle_unused_for_sweep_job(cfg: DictConfig, found: list[UnusedSetting]) -> list[dict]:
-    """A sweep job: each setting noted and set to its default in `cfg` (the weights group, which never changes
-    the run at K = 1, stays as given); the records for run.json."""
+    """A sweep job: each setting noted and set to its default in `cfg` (or kept, where it computes the same as given:
+    the weights group); the records for run.json."""
     import sys
 
     for setting in found:
         print(f"note: {setting.note()}", file=sys.stderr, flush=True)
-        if setting.field != "weights.name":
+        if setting.reset:
             OmegaConf.update(cfg, setting.field, setting.default, merge=False)
-    return [{"field": s.field, "value": s.value, "runs_as": s.default, "why": s.why} for s in found]
+    return [{"field": s.field, "value": s.value, "runs_as": s.runs_as, "why": s.why} for s in found]

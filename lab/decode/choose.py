@@ -20,8 +20,6 @@ verification stays exact: greedy output is plain greedy's, and sampling keeps th
 
 from __future__ import annotations
 
-import math
-
 from lab.decode.ngram import point_mass_chain
 from lab.inference.tree import ProposalBuffer
 
@@ -69,15 +67,17 @@ class ConfidenceGated:
 
 def confidence_of(buffer: ProposalBuffer) -> list[float]:
     """Per node (1 for the root and point masses): greedy, the node's own probability under the head; sampling, the top
-    probability of the law its token was drawn from (known before the draw)."""
-    scores = buffer.scores  # per node: the log-probability of its token (the head's softmax when greedy)
-    out = [1.0]
-    for node in range(1, buffer.shape.size):
-        laws = buffer.candidate_probs[buffer.shape.depths[node] - 1]  # [b_j, V] when sampling, None when greedy
-        if node in buffer.point_masses:
-            out.append(1.0)
-        elif laws is not None:
-            out.append(float(laws[buffer.shape.ranks[node]].max()))
+    probability of the law its token was drawn from (known before the draw). One softmax per draft position."""
+    shape, out = buffer.shape, [1.0] * buffer.shape.size
+    for depth in range(1, shape.depth + 1):
+        nodes = [n for n in range(1, shape.size) if shape.depths[n] == depth and n not in buffer.point_masses]
+        if not nodes:
+            continue
+        laws = buffer.candidate_probs[depth - 1] if depth - 1 < len(buffer.candidate_probs) else None  # [b_j, V] sampling; None greedy
+        if laws is not None:
+            values = laws[[shape.ranks[n] for n in nodes]].amax(-1)  # [n_j]
         else:
-            out.append(math.exp(scores[node]))
+            values = buffer.draft_logits[depth - 1].double().softmax(-1)[[buffer.tokens[n] for n in nodes]]  # [n_j]
+        for node, value in zip(nodes, values.tolist()):
+            out[node] = value
     return out

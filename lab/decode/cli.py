@@ -74,6 +74,8 @@ def parse_ngram(args) -> PromptLookup | None:
         return None
     if not args.speculative:
         raise ConfigError("--suffix" if args.suffix else "--ngram", "proposes drafts that the model verifies: add --speculative")
+    if args.suffix and args.ngram is not None:
+        raise ConfigError("--ngram", "sets n-gram lengths, and --suffix drafts from the suffix trie (it has no lengths to set): give one of them")
     sizes = parse_sizes(args.ngram) if args.ngram is not None else list(PromptLookup.sizes)
     draft = DEFAULT_MAX_DRAFT if args.ngram_draft is None else args.ngram_draft
     if draft < 1:

@@ -250,12 +250,14 @@ class Decoder:
 
 
 def drafter_of(buffer) -> str:
-    """Who proposed a round's drafts: `lookup` (every node a point mass), `heads` (none), `both` (a graft), `none`."""
-    drafts = buffer.shape.size - 1
+    """Who proposed a round's verified drafts: `lookup` (every node a point mass), `heads` (none), `both` (a graft that
+    added lookup nodes; one whose chain followed the heads' nodes verified the heads' alone), `none` (a plain step)."""
+    drafts, masses = buffer.shape.size - 1, len(buffer.point_masses)
     if not drafts:
         return "none"
-    masses = len(buffer.point_masses)
-    return "lookup" if masses == drafts else "heads" if not masses else "both"
+    if masses == drafts:
+        return "lookup"
+    return "both" if masses else "heads"
 
 
 def _rank0_path(shape) -> list[int]:

@@ -14,6 +14,7 @@ text's length). Sizes are tried longest first; the first size with an earlier oc
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -78,6 +79,10 @@ class PromptLookup:
                 f"must be a number > 0 or null, got {self.spec_factor!r}")
         require(isinstance(self.loop, bool), "ngram.loop", f"must be true or false, got {self.loop!r}")
         object.__setattr__(self, "sizes", tuple(sorted(set(sizes), reverse=True)))
+        for name, (switch, value) in READ_ONLY_WITH.items():  # a setting nothing reads would change nothing: refused
+            default = next(f.default for f in dataclasses.fields(self) if f.name == name)
+            require(getattr(self, name) == default or getattr(self, switch) == value, f"ngram.{name}",
+                    f"only {switch}={value} reads it (it would change nothing with {switch}={getattr(self, switch)}); allowed: {default!r}")
 
     def check_context(self, context: int | None) -> None:
         """A round verifies the frontier and up to max_draft drafts after at least one committed token: they must fit the context."""
@@ -89,6 +94,11 @@ class PromptLookup:
         """Drafts a match of `match` tokens may propose this round (m: the round's room)."""
         limit = min(m, self.max_draft)
         return limit if self.spec_factor is None else min(limit, math.ceil(self.spec_factor * match))
+
+
+# The settings only one method or combination reads: name -> (the switch, its value that reads it).
+READ_ONLY_WITH = {"sizes": ("method", "ngram"), "occurrence": ("method", "ngram"), "max_depth": ("method", "suffix"),
+                  "min_token_prob": ("method", "suffix"), "min_match": ("combine", "choose")}
 
 
 def is_count(value) -> bool:

@@ -18,6 +18,10 @@ from lab.inference.tree import TreeShape
 from lab.model.heads import head_spec, heads_that
 
 LOOKUPS = {"ngram": NgramProposer, "suffix": SuffixProposer}  # PromptLookup.method -> its proposer
+COMBINERS = {  # PromptLookup.combine -> the proposer of heads and lookup together
+    "graft": lambda heads, lookup, settings: HeadsWithNgram(heads, lookup),
+    "choose": lambda heads, lookup, settings: ChoosePerRound(heads, lookup, settings.min_match),
+}
 
 
 def build_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None = None, ngram: PromptLookup | None = None,
@@ -40,7 +44,7 @@ def build_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape 
     lookup = LOOKUPS[ngram.method](state, ngram, vocab_identity(state.model))
     if not has_heads:
         return lookup
-    return ChoosePerRound(heads, lookup, ngram.min_match) if ngram.combine == "choose" else HeadsWithNgram(heads, lookup)
+    return COMBINERS[ngram.combine](heads, lookup, ngram)
 
 
 def check_confidence(confidence) -> None:

@@ -6,7 +6,8 @@ the previous token and is shorter than `max_depth` (plus the root), so a token c
 dict operations and the text is never rescanned. Those extended nodes are, by length, exactly the
 suffixes of the text, which is how a round finds its match in O(max_depth): the longest suffix whose
 node has children (an earlier occurrence that was followed by something; the current occurrence has
-none yet). From there the draft takes, step by step, the child that occurred most often (ties: the
+none yet), at most `max_depth − max_draft` tokens long so that the trie holds a full draft below it
+(a longer match would leave the draft only the trie's remaining depth). From there the draft takes, step by step, the child that occurred most often (ties: the
 most recent), while its share of the node's continuations is at least `min_token_prob`, up to the
 trie's depth, `max_draft` and (with `spec_factor`) ceil(spec_factor × match length) tokens. With
 `loop`, a draft that runs out of trie copies on from the latest occurrence of what it has matched
@@ -56,9 +57,10 @@ class SuffixIndex:
         """Index what `text` adds to the indexed text (the committed tokens and the frontier since the last round)."""
         self.extend(text[len(self.text) :])
 
-    def match(self) -> tuple[int, SuffixNode | None]:
-        """(L, node): the longest suffix of the text that occurred earlier followed by a token; (0, None) when none did."""
-        for length in range(len(self.suffixes), 0, -1):
+    def match(self, longest: int | None = None) -> tuple[int, SuffixNode | None]:
+        """(L, node): the longest suffix of the text (of at most `longest` tokens) that occurred earlier followed by a token;
+        (0, None) when none did."""
+        for length in range(min(len(self.suffixes), longest or len(self.suffixes)), 0, -1):
             node = self.suffixes[length - 1]
             if node.children:
                 return length, node
@@ -91,7 +93,8 @@ class SuffixProposer:
         """(match length, drafts) after the emitted text tokens + [frontier]."""
         text = tokens + [frontier]
         self.index.sync(text)
-        length, node = self.index.match()
+        room = min(m, self.settings.max_draft)
+        length, node = self.index.match(longest=max(1, self.settings.max_depth - room))  # the trie must hold the match + its draft
         if node is None:
             return 0, []
         limit = self.settings.draft_limit(length, m)

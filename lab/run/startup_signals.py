@@ -19,20 +19,27 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from lab.errors import RunInterrupted
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class StartUpInterrupted(RunInterrupted):
-    """Stopped by `signum` before training began (`step`: the step a resume would have started from)."""
+class StartUpInterrupted(BaseException):
+    """Stopped by `signum` before training began. A BaseException, as KeyboardInterrupt is: the readers of corpora and
+    GGUF files that turn any Exception into a one-line input error must not turn a stop into one."""
 
-    def __init__(self, signum: int, step: int = 0):
-        super().__init__(signum, step)
-        self.args = (f"stopped by {signal.Signals(self.signum).name} during start-up, before training began",)
+    def __init__(self, signum: int):
+        self.signum = int(signum)
+        super().__init__(f"stopped by {signal.Signals(self.signum).name} during start-up, before training began")
 
-    def __str__(self) -> str:
-        return self.args[0]
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def ignore_signals() -> None:
+    """While a stop cleans up (the new run folder, wandb): a second Ctrl-C must not interrupt the cleanup."""
+    for number in SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
@@ -43,8 +50,7 @@ def start_up() -> Iterator[None]:
         return
 
     def interrupt(signum, frame) -> None:
-        for number in SIGNALS:  # a second signal while the first unwinds: ignored, the stop is under way
-            signal.signal(number, signal.SIG_IGN)
+        ignore_signals()  # a second signal while the first unwinds: ignored, the stop is under way
         raise StartUpInterrupted(signum)
 
     previous = {number: signal.signal(number, interrupt) for number in SIGNALS}

@@ -13,6 +13,7 @@ HTTP(S) proxy the request goes through it (urllib reads the same variables wandb
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import threading
@@ -49,7 +50,7 @@ def wandb_answer_problem(server: str) -> str | None:
             status, body = response.status, response.read(1 << 16)
     except urllib.error.HTTPError as error:  # 401 without a valid key is still a wandb server's answer
         status, body = error.code, error.read(1 << 16)
-    except (OSError, ValueError) as error:  # URLError, socket errors, a malformed URL
+    except (OSError, ValueError, http.client.HTTPException) as error:  # URLError, socket errors, a malformed URL or answer
         return f"cannot be reached ({reason_of(error)})"
     try:
         json.loads(body)
@@ -69,7 +70,14 @@ def reason_of(error: Exception) -> str:
 def bounded(probe, seconds: float) -> str | None:
     """probe() in a daemon thread; its result, or "cannot be reached (no answer ...)" once `seconds` have passed."""
     result: list[str | None] = []
-    thread = threading.Thread(target=lambda: result.append(probe()), name="wandb-probe", daemon=True)
+
+    def run() -> None:
+        try:
+            result.append(probe())
+        except Exception as error:  # anything the HTTP stack raises is an answer that is not a wandb server's
+            result.append(f"cannot be reached ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})")
+
+    thread = threading.Thread(target=run, name="wandb-probe", daemon=True)
     thread.start()
     thread.join(seconds)
     return result[0] if result else f"cannot be reached (no answer within {seconds:g} s)"

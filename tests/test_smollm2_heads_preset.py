@@ -93,3 +93,27 @@ def test_the_drafter_objective_variants_compose_pass_the_checks_and_stay_out_of_
             assert (cfg.objective.target, cfg.objective.truncate) == (target, truncate)
             assert (None if cfg.head.rollout is None else (cfg.head.rollout, cfg.head.rollout_steps)) == rollout
     assert all(cfg.objective.truncate == "none" and cfg.head.rollout is None for cfg in preset_jobs().values())
+
+
+def test_the_data_curve_variants_train_one_epoch_of_nested_rows_on_one_validation_split():
+    """#52's data curve: ~60 k, ~250 k and ~1 M training tokens, the first N packed rows of the same 300 modules (so
+    validation is the same held-out split), one epoch each, DeepSeek and Medusa on the same rows (one cache entry)."""
+    from lab.config.preflight import check_single_run
+
+    sweep = str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+    jobs = {}
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        for head in ("deepseek", "medusa"):
+            for size in ("60k", "250k", "1m"):
+                cfg = compose("train", overrides=["experiment=smollm2_heads", f"variant={head}_rows_{size}", "paths.output_dir=/tmp/unused"],
+                              return_hydra_config=True)
+                check_single_run(cfg)
+                jobs[head, size] = cfg
+    assert not {f"{h}_rows_{s}" for h, s in jobs} & set(sweep)
+    rows = {size: jobs["deepseek", size].data.max_train_rows for size in ("60k", "250k", "1m")}
+    assert rows == {"60k": 237, "250k": 977, "1m": 3906}  # × 256 tokens: 60.7 k, 250 k, 1.0 M
+    for (head, size), cfg in jobs.items():
+        assert cfg.trainer.max_steps * cfg.data.batch_size == pytest.approx(rows[size], abs=cfg.data.batch_size)  # one epoch
+        assert (cfg.data.max_docs, cfg.data.max_val_rows, cfg.train_rows.source, cfg.objective.target) == (300, 16, "corpus", "distill")
+        same_rows = jobs["deepseek" if head == "medusa" else "medusa", size]
+        assert OmegaConf.to_container(cfg.data, resolve=True) == OmegaConf.to_container(same_rows.data, resolve=True)

@@ -111,7 +111,7 @@ def test_a_run_logs_acceptance_and_the_kept_share_and_records_them(tmp_path, cac
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["head=ntp", "objective.truncate=first_miss"], "objective.truncate: first_miss truncates horizons 2..K after a miss; K=1 has none"),
+    (["head=ntp", "objective.truncate=first_miss"], "objective.truncate: it shapes horizons 2..K and head.k=1 has none (it would change nothing)"),
     (["objective.truncate=always"], "objective.truncate: unknown 'always'; allowed: none, first_miss"),
     (["head=parallel", "head.k=2", "objective.target=tv", "schedule=chunked"], "objective.target: 'tv' needs the logits"),
 ])

@@ -218,7 +218,7 @@ def check_single_run(cfg: DictConfig) -> None:
     """Every check a single run can make before Hydra makes the run folder: the config (the same
     `check_config` the build runs first) and the files it names (parent weights, checkpoint)."""
     from lab.config.checks import check_config
-    from lab.run.resume_config import noted_unused_settings
+    from lab.config.unused import noted_unused_settings
 
     resuming = cfg.ckpt_path == "last" and OmegaConf.select(cfg, "hydra.run.dir") is not None
     check_config(cfg, noted_unused_settings(Path(str(cfg.hydra.run.dir))) if resuming else frozenset())

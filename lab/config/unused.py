@@ -20,7 +20,9 @@ must still run. A key no part of the run reads (`+foo=1`) is not a setting: alwa
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -58,8 +60,12 @@ def _shown(value) -> str:
 
 def unused_settings(cfg: DictConfig, head) -> list[UnusedSetting]:
     """Every setting of `cfg` that changes nothing for a run of the typed head config `head`."""
+    from lab.objective.targets import TargetConfig
+    from lab.schema import typed
+
     found = head_options_unused(head)
     objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else {}
+    typed(TargetConfig, objective, "objective")  # every value allowed first: an unknown one is refused as such
     found += target_parameters_unused(objective)
     if head.k == 1:
         found += single_horizon_unused(head, objective, OmegaConf.to_container(cfg.reduction, resolve=True),
@@ -155,3 +161,13 @@ def settle_unused_for_sweep_job(cfg: DictConfig, found: list[UnusedSetting]) -> 
         if setting.reset:
             OmegaConf.update(cfg, setting.field, setting.default, merge=False)
     return [{"field": s.field, "value": s.value, "runs_as": s.runs_as, "why": s.why} for s in found]
+
+
+def noted_unused_settings(run_dir: Path) -> frozenset[str]:
+    """The settings that change nothing which the run in `run_dir` noted (a sweep job's, run.json `unused_settings`):
+    its resume gives them again and notes them again instead of being refused."""
+    try:
+        record = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return frozenset()
+    return frozenset(entry["field"] for entry in record.get("unused_settings") or [] if isinstance(entry, dict) and "field" in entry)

@@ -14,7 +14,6 @@ setting the run noted as changing nothing (a sweep job's `unused_settings`) may 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from lab.errors import ConfigError
@@ -59,16 +58,6 @@ def check_resume_config(previous: dict | None, config: dict) -> None:
                                "continues the run as it was (only the step count, evaluation, logging and callbacks may change): "
                                "resume with its own value, or start a new run from its weights with init_from=<its run dir> in "
                                "another hydra.run.dir")
-
-
-def noted_unused_settings(run_dir: Path) -> frozenset[str]:
-    """The settings that change nothing which the run in `run_dir` noted (a sweep job's, run.json `unused_settings`):
-    its resume gives them again and notes them again instead of being refused."""
-    try:
-        record = json.loads((run_dir / "run.json").read_text())
-    except (OSError, ValueError):
-        return frozenset()
-    return frozenset(entry["field"] for entry in record.get("unused_settings") or [] if isinstance(entry, dict) and "field" in entry)
 
 
 def resumes_own_checkpoint(ckpt_path, run_dir: Path) -> bool:

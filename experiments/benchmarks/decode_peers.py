@@ -144,14 +144,15 @@ def summarize(kind: str, label: str, seconds: dict, forwards: dict, same: dict, 
     for name, samples in seconds.items():
         to_plain = [s / p for s, p in zip(samples, seconds["harness plain"])]  # per run: time ratio (> 1 = slower)
         to_hf = [s / p for s, p in zip(samples, seconds["transformers plain"])]
+        to_lookup = [s / p for s, p in zip(samples, seconds["transformers prompt lookup"])]
         speed = lambda ratios: f"{1 / statistics.median(ratios):.2f} [{1 / max(ratios):.2f}–{1 / min(ratios):.2f}]"  # noqa: E731
         rows.append([label, kind, name, f"{new_tokens * runs / forwards[name]:.2f}" if forwards[name] else "—",
-                     f"{statistics.median(samples) / new_tokens * 1e3:.1f}", speed(to_plain), speed(to_hf), same[name]])
+                     f"{statistics.median(samples) / new_tokens * 1e3:.1f}", speed(to_plain), speed(to_hf), speed(to_lookup), same[name]])
     return rows
 
 
 HEADERS = ["model", "prompts", "decoder", "tokens/forward", "CPU ms/token", "speed vs harness plain", "speed vs transformers plain",
-           "same tokens as harness plain"]
+           "speed vs transformers prompt lookup", "same tokens as harness plain"]
 
 
 def print_peers(rows: list[list], new_tokens: int, repeats: int) -> None:

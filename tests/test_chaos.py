@@ -134,7 +134,8 @@ def test_killed_refused_and_finished_resumes_leave_the_sweep_records_of_an_unint
 
     before = {p.name: p.read_bytes() for p in [job / "run.json", job / "metrics.csv", job / "checkpoints" / "last.ckpt"]}
     refused = resume(job, tmp_path, cache_dir, "model.d_model=64")
-    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith("error: checkpoint: model"), refused.stderr[-2000:]
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
+        "error: model.d_model: the run being resumed trained with"), refused.stderr[-2000:]  # the recorded config, before the checkpoint
     finished = resume(job, tmp_path, cache_dir)
     assert finished.returncode == 0 and "nothing to do" in finished.stderr, finished.stderr[-2000:]
     assert (job / "metrics.csv").read_bytes() == before["metrics.csv"]

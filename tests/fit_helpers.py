@@ -37,3 +37,12 @@ def fit(cfg, run_dir: Path, *, max_steps: int, every: int = 2, ckpt_path=None, c
     trainer = make_trainer(run_dir, max_steps=max_steps, every=every, callbacks=callbacks, precision=precision or cfg.trainer.precision)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     return trainer, module, datamodule
+
+
+def searchpath_with(folder: Path, group: str, option: str, yaml_text: str) -> str:
+    """A config folder under `folder` holding `<group>/<option>.yaml`, as the `hydra.searchpath` override that adds it
+    (conf/ stays the primary): how a user's own option outside conf/ reaches the composed config."""
+    (folder / "conf" / group).mkdir(parents=True)
+    (folder / "conf" / group / f"{option}.yaml").write_text(yaml_text)
+    return f"hydra.searchpath=[file://{folder / 'conf'}]"
+

@@ -118,3 +118,10 @@ def bigram_model(vocab: int, next_of: dict[int, int]):
         for token, following in next_of.items():
             model.trunk.unembed[following, token] = 1.0
     return model
+
+
+def committed_kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer (K, V) of a decoding cache's committed rows only, [B, H, committed, hd] each: the harness's own
+    StackCache (keys/values lists) or the transformers trunk's (a DynamicCache in `.dynamic`)."""
+    layers = [(layer.keys, layer.values) for layer in cache.dynamic.layers] if hasattr(cache, "dynamic") else zip(cache.keys, cache.values)
+    return [(k[:, :, : cache.committed], v[:, :, : cache.committed]) for k, v in layers]

@@ -1,4 +1,4 @@
-"""The schema of a `_target_` node is its class's constructor (lab/config/targets.py): keys are checked against
+"""The schema of a `_target_` node is its class's constructor (lab/config/target_nodes.py): keys are checked against
 the signature (through a subclass that passes **kwargs on), scalars against the annotations."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Literal
 import pytest
 from omegaconf import OmegaConf
 
-from lab.config.targets import check_target_node, constructor_arguments, scalar_problem
+from lab.config.target_nodes import check_target_node, constructor_arguments, scalar_problem
 from lab.errors import ConfigError
 
 

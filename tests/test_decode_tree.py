@@ -16,7 +16,7 @@ from lab.inference.tree import TreeShape, tree_shape
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from tests.head_cases import case, split, without
-from tests.helpers import make_batch, model_config
+from tests.helpers import committed_kv, make_batch, model_config
 from tests.test_speculative import fit_counting
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
@@ -171,7 +171,7 @@ def test_committed_caches_after_tree_rounds_equal_a_plain_decode(head, fitted):
         for key, cache in plain.caches.caches.items():
             mine = decoder.state.caches.caches[key]
             assert mine.committed == cache.committed == len(committed)
-            for (k1, v1), (k2, v2) in zip(mine.committed_kv(), cache.committed_kv()):
+            for (k1, v1), (k2, v2) in zip(committed_kv(mine), committed_kv(cache)):
                 worst = max(worst, (k1 - k2).abs().max().item(), (v1 - v2).abs().max().item())
         # Not bitwise, and it cannot be while one pass verifies many rows: under torch's CPU kernels a row's
         # result depends on the batch shape it is computed in, not only on its own inputs (float64, one thread:
@@ -196,7 +196,7 @@ def test_commit_rows_moves_the_path_rows_exactly():
         state.commit_rows([0, 2, 5], family=None)
         for cache, rows in zip(state.caches.caches.values(), before):
             assert cache.committed == 6 and cache.provisional == 0
-            for (k, v), (k0, v0) in zip(cache.committed_kv(), rows):
+            for (k, v), (k0, v0) in zip(committed_kv(cache), rows):
                 assert torch.equal(k[:, :, 3:], k0[:, :, [0, 2, 5]]) and torch.equal(v[:, :, 3:], v0[:, :, [0, 2, 5]])
 
 
@@ -207,7 +207,7 @@ def committed_state(model, shape, prompt: list[int], nodes: list[int], path: lis
         for tokens, rows, tree in ((prompt, list(range(len(prompt))), None), (nodes, path, shape)):
             result, _ = decoder.target_pass(tokens, tree)
             decoder.after_pass(result, rows)  # the decoder's commit: draft stacks, then every target stack
-    kv = {key: [(k.clone(), v.clone()) for k, v in cache.committed_kv()] for key, cache in decoder.state.caches.caches.items()}
+    kv = {key: [(k.clone(), v.clone()) for k, v in committed_kv(cache)] for key, cache in decoder.state.caches.caches.items()}
     return kv, decoder.proposer.next_logits.clone()
 
 

@@ -17,17 +17,17 @@ from torch.utils.data import DataLoader
 
 from lab.callbacks.grad_diagnostics import (
     GradDiagnostics,
+    forward_capturing_trunk,
     gram,
-    metric_names,
+    horizon_gradients,
     norms_and_cosines,
-    per_horizon_gradients,
     resolve_groups,
 )
 from lab.callbacks.horizon_metrics import chain_acceptance_counts
 from lab.callbacks.memory_metrics import LogitLiveness
 from lab.callbacks.validation_figures import ValidationFigures
 from lab.errors import ConfigError
-from lab.model.heads import Horizon
+from lab.horizon import Horizon
 from lab.model.trunk import RMSNorm
 from lab.training.module import MTPLitModule
 from lab.training.step import local_counts
@@ -52,6 +52,23 @@ class TwinHorizons(nn.Module):
         hidden = self.trunk(batch["tokens"])  # [B, S, d]
         labels, mask = batch["tokens"][:, 1:], batch["active"][:, 1:]  # [B, S-1]
         return [Horizon(k, hidden[:, :-1], labels, mask, self.norm, self.unembed) for k in (1, 2)]
+
+
+def per_horizon_gradients(model, batch: dict, scales, params):
+    """Each horizon's gradient on a fresh forward of `model`, as the callback computes it."""
+    horizons, trunk_hidden = forward_capturing_trunk(model, batch)
+    return horizon_gradients(horizons, trunk_hidden, scales, params)
+
+
+def metric_names(k: int, groups) -> set[str]:
+    """Every name the callback's docstring promises for K horizons and the given parameter groups."""
+    horizons, pairs = range(1, k + 1), [(i, j) for i in range(1, k + 1) for j in range(i + 1, k + 1)]
+    names = set()
+    for prefix in [""] + [f"{group}/" for group in groups]:
+        names |= {f"grad/{norm}/{prefix}h{h}" for norm in ("norm", "norm_weighted") for h in horizons}
+        names |= {f"grad/cos/{prefix}h{i}_h{j}" for i, j in pairs}
+    names |= {f"grad/{shared}/{part}/h{h}" for shared in ("shared", "shared_weighted") for part in ("embed", "unembed") for h in horizons}
+    return names | ({"grad/trunk_ratio/extra_over_main"} if k >= 2 else set())
 
 
 def twin_batch():
@@ -131,7 +148,7 @@ def test_norms_cosines_and_shares_equal_direct_autograd(head):
     metrics = callback.measure(module, batch, step=0).metrics
     raw, weighted = direct_gradients(module, batch, weighted=False), direct_gradients(module, batch, weighted=True)
     k = len(raw)
-    assert set(metrics) == set(metric_names(k, ["trunk_last", "embed", "unembed"]))
+    assert set(metrics) == metric_names(k, ["trunk_last", "embed", "unembed"])
     for space, index, prefix in (("leaf", 0, ""), ("embed", 1, "embed/"), ("trunk_last", 2, "trunk_last/")):
         vectors = [d[index].double().flatten() for d in raw]
         for i in range(k):
@@ -336,7 +353,7 @@ def test_diagnostics_preset_logs_every_design_name_to_csv_and_wandb(tmp_path, ca
         "callbacks.grad_diagnostics.every_n_steps=4", f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    expected = design_names(4) | set(metric_names(4, ["trunk_last", "embed", "unembed"]))
+    expected = design_names(4) | metric_names(4, ["trunk_last", "embed", "unembed"])
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     columns = set(rows[0])
     assert expected <= columns, sorted(expected - columns)

@@ -18,7 +18,7 @@ from torch.utils.data import default_collate
 from lab.decode import generate
 from lab.errors import ConfigError
 from lab.model.draft_vocab import index_of, most_frequent_ids, restrict_horizon, training_token_counts
-from lab.model.heads import Horizon
+from lab.horizon import Horizon
 from lab.model.mtp import build_model
 from lab.objective.objective import Objective
 from lab.objective.weights import Progress

@@ -117,11 +117,15 @@ def test_the_end_of_run_decoding_check_follows_the_table_and_its_off_switch():
     from transformers import AutoConfig
 
     from lab.config.checks import check_decoding_callback
+    from lab.model.mtp_families import family_path_refusal
+
+    def refusal(family: str) -> str | None:  # what the hf trunk family's pre-flight returns for this config
+        return family_path_refusal(AutoConfig.for_model(family), "decoding")
 
     on, off = {"decoding": {"prompts": 4}}, {"decoding": {"prompts": 0}}
-    check_decoding_callback(on, AutoConfig.for_model("glm4_moe"))  # a family the harness decodes
-    check_decoding_callback(off, AutoConfig.for_model("nemotron_h"))
-    check_decoding_callback({}, AutoConfig.for_model("nemotron_h"))  # no decoding callback configured
+    check_decoding_callback(on, refusal("glm4_moe"))  # a family the harness decodes
+    check_decoding_callback(off, refusal("nemotron_h"))
+    check_decoding_callback({}, refusal("nemotron_h"))  # no decoding callback configured
     with pytest.raises(ConfigError) as refused:
-        check_decoding_callback(on, AutoConfig.for_model("nemotron_h"))
+        check_decoding_callback(on, refusal("nemotron_h"))
     assert_one_line_naming(refused, "callbacks.decoding", "nemotron_h", MTP_FAMILIES["nemotron_h"].decoding)

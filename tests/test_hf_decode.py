@@ -7,7 +7,7 @@ import torch
 
 from lab.decode import generate
 from tests.head_cases import case, split, without
-from tests.helpers import build_model
+from tests.helpers import build_model, committed_kv
 from tests.test_speculative import assert_greedy_speculative_equals_plain, fit_counting
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -113,7 +113,7 @@ def test_committed_dynamic_cache_after_tree_rounds_equals_a_plain_decode():
         plain = plain_decode_state(model, prompt, committed)
         mine, theirs = decoder.state.caches.cache(TRUNK), plain.caches.cache(TRUNK)
         assert mine.committed == theirs.committed == mine.length == len(committed)
-        for (k1, v1), (k2, v2) in zip(mine.committed_kv(), theirs.committed_kv()):
+        for (k1, v1), (k2, v2) in zip(committed_kv(mine), committed_kv(theirs)):
             torch.testing.assert_close(k1, k2, atol=1e-10, rtol=0)
             torch.testing.assert_close(v1, v2, atol=1e-10, rtol=0)
 

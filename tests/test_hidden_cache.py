@@ -25,7 +25,7 @@ from lab.objective.weights import Progress
 from lab.training.hidden_cache import HIDDEN, NEXT_TOKEN_HIT, NEXT_TOKEN_LOSS, open_hidden_cache
 from lab.train import CONF_DIR
 from lab.training.step import train_step
-from tests.head_cases import case, without, without
+from tests.head_cases import case, without
 from tests.cli import TINY, lab_train, read_run, runner
 from tests.fit_helpers import fit
 from tests.hf_fixtures import write_llama

@@ -20,7 +20,7 @@ from lab.callbacks.horizon_metrics import HorizonMetrics
 from lab.objective import Progress
 from lab.objective.objective import Objective
 from lab.training.step import train_step
-from tests.head_cases import case, without, without
+from tests.head_cases import case, without
 from tests.helpers import build_model, packed_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")

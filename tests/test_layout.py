@@ -21,7 +21,8 @@ LAB = Path(__file__).resolve().parents[1] / "lab"
 # (inference), its heads above it (a head's drafter is written against the core), and the model the heads are
 # assembled into (mtp, and cost and compile that read it) above the heads. The decoding application (decode)
 # drives core, heads and model.
-LAYERS = ["errors", "schema", "labels", "data", "model", "inference", "model.heads", "model.mtp", "model.cost", "model.compile",
+LAYERS = ["errors", "schema", "labels", "horizon", "data", "model", "inference", "model.heads", "model.trunks", "model.mtp", "model.cost",
+          "model.compile",
           "objective", "checkpoint", "training", "decode", "eval", "callbacks", "config", "report", "run", "tracking", "train",
           "eval.base", "eval.cli"]  # the evaluation itself sits below the callbacks; its CLI (a base from the configs) on top
 

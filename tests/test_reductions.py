@@ -14,7 +14,6 @@ from lab.objective.reductions import (
     POLICIES,
     coefficients,
     effective_weights,
-    needs_fixed_denominator,
     reduced_loss,
     validate_reduction,
 )
@@ -208,12 +207,6 @@ def test_policies_without_t_ignore_fixed_denominator():
 def test_fixed_denominator_may_be_a_tensor():
     coeffs = coefficients("fixed", COUNTS, LAMBDAS, fixed_denominator=torch.tensor(T))
     assert_exact(coeffs, as_tensor(EXPECTED_COEFFICIENTS["fixed"]))
-
-
-def test_needs_fixed_denominator():
-    assert {p for p in POLICIES if needs_fixed_denominator(p)} == {"fixed", "deepseek_paper"}
-    with pytest.raises(ConfigError, match=r"^reduction\.policy: "):
-        needs_fixed_denominator("nope")
 
 
 def test_length_mismatch_names_the_lambdas_field():

@@ -5,7 +5,6 @@ and next-token loss against measured speedup with the runs' own numbers."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import matplotlib.colors as mcolors

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.model.heads import HEADS, report_traits
+from lab.model.heads import HEAD_SPECS, report_traits
 from lab.report.head_traits import TRAITS_BEFORE_RECORDING, UNKNOWN, traits_of
 from lab.report.records import Sweep, collect_sweep, record_from_wandb
 from lab.report.render import findings
@@ -87,7 +87,7 @@ def test_k_is_read_from_the_record_and_old_records_keep_reading(tmp_path, payloa
 def test_the_traits_of_older_records_are_those_the_registry_gave_those_heads():
     """TRAITS_BEFORE_RECORDING is history; it must still agree with the registry on every head it lists."""
     for name, traits in TRAITS_BEFORE_RECORDING.items():
-        assert name in HEADS
+        assert name in HEAD_SPECS
         current = report_traits(name)
         assert (traits.baseline, traits.teacher_forced) == (current["baseline"], current["teacher_forced"]), name
     listed = list(TRAITS_BEFORE_RECORDING)

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from lab.decode import generate
-from lab.errors import ConfigError
 from tests.cli import TINY, lab_train
 from tests.helpers import build_model, loss_and_grads, packed_batch
 

@@ -1,4 +1,4 @@
-"""The typed schemas Hydra composes with (lab/config/schemas.py): each registered group's composed fields are
+"""The typed schemas Hydra composes with (lab/config/hydra_schemas.py): each registered group's composed fields are
 its object's dataclass fields, a wrong type or a misspelt key is refused while composing, and `head` is typed
 by the config class of the head it names."""
 
@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from lab.data import DataConfig, TASKS, check_data_config
 from lab.data.synthetic import SyntheticConfig
 from lab.errors import ConfigError
-from lab.model.heads import HEADS, HeadConfig, head_config
+from lab.model.heads import HEAD_SPECS, HeadConfig, head_config
 from lab.model.hf_trunk import HFModelConfig
 from lab.model.lora import LORA_DEFAULTS
 from lab.objective.weights import WEIGHT_SCHEDULES, build_weight_schedule, schedule_options
@@ -63,7 +63,7 @@ def test_head_composes_every_heads_fields_and_refuses_a_wrong_type_while_composi
     """`head/schema`: HeadConfig's fields, then each registered head's own options as null; a wrong type is
     refused by Hydra before the run is built, another head's option set to a value by the builder."""
     head = composed(["head=parallel"]).head
-    own = [name for spec in HEADS.values() for name in field_names(spec.config_class) if name not in field_names(HeadConfig)]
+    own = [name for spec in HEAD_SPECS.values() for name in field_names(spec.config) if name not in field_names(HeadConfig)]
     assert list(head) == [*field_names(HeadConfig), *dict.fromkeys(own)] and all(head[name] is None for name in own)
     assert "depth" in own and head.lora.r == LORA_DEFAULTS["r"]
     with pytest.raises(Exception, match="head.k"):  # before the schema it composed and failed only when built
@@ -73,7 +73,7 @@ def test_head_composes_every_heads_fields_and_refuses_a_wrong_type_while_composi
     with pytest.raises(ConfigError, match="depth"):
         head_config(OmegaConf.to_container(composed(["head=parallel", "head.depth=2"]).head))
     deepseek = head_config(OmegaConf.to_container(composed(["head=deepseek", "head.share_depth_weights=true"]).head))
-    assert type(deepseek) is HEADS["deepseek"].config_class and deepseek.share_depth_weights and deepseek.chain_state == "block_output"
+    assert type(deepseek) is HEAD_SPECS["deepseek"].config and deepseek.share_depth_weights and deepseek.chain_state == "block_output"
 
 
 def test_head_is_typed_by_the_head_it_names_not_by_the_group_option():
@@ -83,8 +83,8 @@ def test_head_is_typed_by_the_head_it_names_not_by_the_group_option():
     head = OmegaConf.to_container(cfg.head, resolve=True)
     assert head["name"] == "deepseek" and head["depth"] is None
     typed = head_config(head)
-    assert type(typed) is HEADS["deepseek"].config_class and (typed.k, typed.depth) == (2, 1)
-    assert typed.hidden_input == HEADS["deepseek"].config_class.hidden_input  # null in the group: the class's default
+    assert type(typed) is HEAD_SPECS["deepseek"].config and (typed.k, typed.depth) == (2, 1)
+    assert typed.hidden_input == HEAD_SPECS["deepseek"].config.hidden_input  # null in the group: the class's default
 
 
 def test_paths_are_strings_even_when_given_as_numbers():

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from lab.config.resolvers import aux_lambdas
+from lab.errors import ConfigError
 from tests.cli import TINY, lab_train, SUBPROCESS_TIMEOUT
 
 SEARCH = [*TINY, "model.n_layers=5", "trainer.max_steps=4", "trainer.val_check_interval=4"]
@@ -40,3 +41,25 @@ def test_optuna_search_of_three_trials_runs_and_resumes(tmp_path, cache_dir):
                       cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert len(optuna.load_study(study_name="search_lambda", storage=storage).trials) == 4  # the study resumed
+
+
+def test_a_missing_optuna_sweeper_names_the_extra_that_installs_it(tmp_path):
+    """The sweeper is an extra (`.[search]`): without it, Hydra cannot find `hydra/sweeper/optuna`, and pre-flight says
+    which extra to install in one line. The config folder here selects a sweeper no package provides, as a missing one."""
+    import shutil
+
+    from lab.config.preflight import OPTIONAL_PLUGINS, preflight
+    from lab.train import CONF_DIR
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    search = conf / "hparams_search" / "optuna.yaml"
+    search.write_text(search.read_text().replace("override /hydra/sweeper: optuna", "override /hydra/sweeper: optuna_missing"))
+    OPTIONAL_PLUGINS["hydra/sweeper/optuna_missing"] = OPTIONAL_PLUGINS["hydra/sweeper/optuna"]
+    try:
+        with pytest.raises(ConfigError) as refused:
+            preflight(["hparams_search=optuna"], conf)
+    finally:
+        del OPTIONAL_PLUGINS["hydra/sweeper/optuna_missing"]
+    assert refused.value.field == "hparams_search" and "pip install 'mtp-lab[search]'" in str(refused.value)
+    assert "\n" not in str(refused.value)

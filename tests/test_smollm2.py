@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from tests.head_cases import case, without
-from lab.decode import generate
 from lab.model.gguf_source import DONE_MARKER, converted_folder, packaged_gguf
 from lab.model.mtp import build_model
 

@@ -13,11 +13,11 @@ from lab.decode.generate import Decoder
 from lab.errors import ConfigError
 from lab.inference.acceptance import select
 from lab.inference.sampling import TokenChooser, sample, uniform
-from lab.inference.target import TRUNK, CachedModel
+from lab.inference.target import CachedModel
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from tests.head_cases import case, split, without
-from tests.helpers import horizon_sums, make_batch, model_config
+from tests.helpers import committed_kv, horizon_sums, make_batch, model_config
 from tests.test_generate import chi_square_p_value
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
@@ -267,7 +267,7 @@ def test_committed_caches_equal_a_plain_decode_of_the_committed_tokens(head):
         for key, cache in plain.caches.caches.items():
             mine = decoder.state.caches.caches[key]
             assert mine.committed == cache.committed == len(committed)
-            for (k1, v1), (k2, v2) in zip(mine.committed_kv(), cache.committed_kv()):
+            for (k1, v1), (k2, v2) in zip(committed_kv(mine), committed_kv(cache)):
                 # Equal up to BLAS summation order (a 1-row and an n-row product differ by ~1e-15).
                 torch.testing.assert_close(k1, k2, atol=1e-12, rtol=0)
                 torch.testing.assert_close(v1, v2, atol=1e-12, rtol=0)

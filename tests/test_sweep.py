@@ -13,10 +13,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from lab.config.checks import check_group_overrides, check_horizons_fit, check_run_config
+from lab.config.checks import check_group_choice, check_horizons_fit, check_run_config
 from lab.data import TASKS, check_data_config
 from lab.objective import Progress
-from lab.errors import ConfigError
 from lab.model.mtp import parameter_table
 from lab.training.module import MTPLitModule
 from lab.train import CONF_DIR
@@ -212,7 +211,7 @@ def test_every_experiment_job_composes_and_builds(name):
 
 
 def test_empty_experiment_lists_the_experiments_with_descriptions(tmp_path):
-    check_group_overrides(["experiment=null"], Path(CONF_DIR))  # optional group: null is allowed
+    check_group_choice("experiment", ["null"], Path(CONF_DIR))  # optional group: null is an allowed choice (pre-flight's group check)
     result = lab_train("experiment=", cache_dir=tmp_path, cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()

@@ -16,7 +16,8 @@ import torch
 from omegaconf import OmegaConf
 
 from lab.data import SymbolTokenizer, build_datamodule, check_data_config
-from lab.data.synthetic import InductionTask, StarGraphTask, generate_examples, pack_examples, parse_star_graph
+from lab.data.synthetic import InductionTask, StarGraphTask, generate_examples, pack_examples
+from lab.data.synthetic.star_graph import QUERY
 from lab.data.synthetic.datamodule import encode_example
 from lab.data.tokenizers import tokenizer_from_identity
 from lab.decode.evaluation import answer_accuracy
@@ -27,6 +28,14 @@ from tests.cli import SUBPROCESS_TIMEOUT, lab_train, lab_train_in_process, read_
 from tests.helpers import bigram_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def parse_star_graph(prompt: list[str]) -> tuple[list[tuple[int, int]], int, int]:
+    """(edges, start, goal) read back from a prompt's symbols: edges as `a b ,` triples, then the query, start and goal."""
+    query = prompt.index(QUERY)
+    edge_symbols = prompt[:query]
+    edges = [(int(edge_symbols[i]), int(edge_symbols[i + 1])) for i in range(0, len(edge_symbols), 3)]
+    return edges, int(prompt[query + 1]), int(prompt[query + 2])
 
 
 def bfs_path(edges: list[tuple[int, int]], start: int, goal: int) -> list[int] | None:

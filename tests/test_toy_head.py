@@ -30,10 +30,10 @@ from lab.decode import generate
 from lab.decode.loading import load_for_generation
 from lab.errors import ConfigError, require
 from lab.model.heads import HEAD_SPECS, head_spec, register_head, release_layouts, unregister_head
-from lab.model.heads.base import HeadConfig, MTPHead
+from lab.model.heads import HeadConfig, MTPHead
 from lab.model.heads.independent_drafter import IndependentHeads
 from lab.model.heads.spec import HeadSpec, InitFromReader, LoadedFolder, ParentWeights, ReleaseLayout
-from tests.fit_helpers import compose_cfg, fit
+from tests.fit_helpers import compose_cfg, fit, searchpath_with
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -137,10 +137,7 @@ def toy_head():
 
 @pytest.fixture
 def toy_conf(tmp_path) -> str:
-    """A temporary config folder holding head/toy.yaml, given to Hydra as `hydra.searchpath` (conf/ stays the primary)."""
-    (tmp_path / "conf" / "head").mkdir(parents=True)
-    (tmp_path / "conf" / "head" / "toy.yaml").write_text(TOY_YAML)
-    return f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    return searchpath_with(tmp_path, "head", "toy", TOY_YAML)
 
 
 def test_a_head_defined_outside_lab_trains_decodes_exactly_and_round_trips_its_layout(toy_head, toy_conf, tmp_path):

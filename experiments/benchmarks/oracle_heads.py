@@ -17,7 +17,6 @@ from __future__ import annotations
 from experiments.benchmarks.common import table  # isort: skip  (sets the OpenMP wait policy before torch loads)
 
 import argparse
-import statistics
 from pathlib import Path
 
 import torch

@@ -43,23 +43,23 @@ import torch
 from lab.callbacks.decoding_budget import DecodePlan, budget_seconds, plan_decoding
 from lab.callbacks.throughput import TokenThroughput
 from lab.decode.evaluation import decoding_passes, document_prompts, evaluate_decoding, requests_per_prompt
-from lab.errors import require
+from lab.errors import is_int, is_number, require
 
 
 def check_decoding_options(prompts=4, prompt_tokens=32, new_tokens=64, temperature=1.0, repeats=3, budget_s="auto", **_) -> None:
     """The ranges of `callbacks.decoding`'s options (the types are the constructor's annotations): run when the
     callback is built and, before the run folder exists, by lab/config/checks.py."""
     def count(name: str, value, least: int) -> None:
-        require(isinstance(value, int) and not isinstance(value, bool) and value >= least, f"callbacks.decoding.{name}",
+        require(is_int(value) and value >= least, f"callbacks.decoding.{name}",
                 f"is {value!r}; allowed: an integer >= {least}" + (" (0 = no evaluation)" if least == 0 else ""))
 
     count("prompts", prompts, 0)
     count("prompt_tokens", prompt_tokens, 1)
     count("new_tokens", new_tokens, 1)
     count("repeats", repeats, 1)
-    require(isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature >= 0, "callbacks.decoding.temperature",
+    require(is_number(temperature) and temperature >= 0, "callbacks.decoding.temperature",
             f"is {temperature!r}; allowed: a number >= 0 (0 = greedy)")
-    require(budget_s is None or budget_s == "auto" or (isinstance(budget_s, (int, float)) and budget_s > 0), "callbacks.decoding.budget_s",
+    require(budget_s is None or budget_s == "auto" or (is_number(budget_s) and budget_s > 0), "callbacks.decoding.budget_s",
             f"is {budget_s!r}; allowed: auto (the training time), a number of seconds > 0, or null (no limit)")
 
 

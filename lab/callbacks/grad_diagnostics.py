@@ -76,7 +76,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
-from lab.errors import ConfigError
+from lab.errors import ConfigError, require_int
 from lab.objective.backward import horizon_loss, supervised_rows
 from lab.training.step import local_counts
 
@@ -176,12 +176,6 @@ def horizon_gradients(horizons, hidden: torch.Tensor, scales, params: dict[str, 
     return HorizonGradients(leaf_grads, param_grads, counts)
 
 
-def per_horizon_gradients(model, batch: dict, scales, params: dict[str, torch.nn.Parameter]) -> HorizonGradients:
-    """`horizon_gradients` on a fresh forward of `model` (for tests and offline use)."""
-    horizons, trunk_hidden = forward_capturing_trunk(model, batch)
-    return horizon_gradients(horizons, trunk_hidden, scales, params)
-
-
 def forward_capturing_trunk(model, batch: dict):
     """A grad-enabled forward that also returns the trunk output [B, S, d]."""
     capture = TrunkCapture()
@@ -220,18 +214,6 @@ def extra_over_main(g: torch.Tensor) -> torch.Tensor:
     return extra / main if main > 0 else torch.tensor(float("nan"), dtype=g.dtype)
 
 
-def metric_names(k: int, groups) -> list[str]:
-    """Every name the callback logs for K horizons and the given group names."""
-    horizons = range(1, k + 1)
-    pairs = [(i, j) for i in horizons for j in range(i + 1, k + 1)]
-    names = []
-    for prefix in [""] + [f"{group}/" for group in groups]:
-        names += [f"grad/{norm}/{prefix}h{h}" for norm in ("norm", "norm_weighted") for h in horizons]
-        names += [f"grad/cos/{prefix}h{i}_h{j}" for i, j in pairs]
-    names += [f"grad/{shared}/{part}/h{h}" for shared in ("shared", "shared_weighted") for part in ("embed", "unembed") for h in horizons]
-    return names + (["grad/trunk_ratio/extra_over_main"] if k >= 2 else [])
-
-
 @dataclass
 class Snapshot:
     """The latest diagnostic: step, scalar metrics and the cosine matrices (for figures)."""
@@ -268,8 +250,7 @@ class GradDiagnostics(pl.Callback):
     # start-up checks: the callback is built by Hydra (which would wrap an exception raised in
     # __init__), so every check runs in `setup`, before sanity checking and the first step.
     def setup(self, trainer, pl_module, stage):
-        if isinstance(self.every_n_steps, bool) or not isinstance(self.every_n_steps, int) or self.every_n_steps < 1:
-            raise ConfigError(f"{FIELD}.every_n_steps", f"must be an integer ≥ 1, got {self.every_n_steps!r}")
+        require_int(self.every_n_steps, f"{FIELD}.every_n_steps", least=1)
         self.groups = resolve_groups(pl_module.model, self.groups_config)
         self._module = pl_module
         if self.probe not in pl_module.step_probes:

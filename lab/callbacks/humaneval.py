@@ -15,7 +15,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from lab.errors import require
+from lab.errors import is_int, is_number, require
 from lab.eval.evaluate import EvalSettings, check_settings
 
 PREFIX = "callbacks.humaneval."
@@ -24,17 +24,16 @@ PREFIX = "callbacks.humaneval."
 def settings_from(problems: int | str = 0, samples: int = 1, temperature: float = 0.0, k=(1,), max_new_tokens: int = 256,
                   speculative: bool = False, seed: int = 0, wall_s: float = 10.0, **_) -> EvalSettings | None:
     """The evaluation `callbacks.humaneval` asks for (None: off), its ranges checked; also run by lab/config/checks.py."""
-    require(problems == "all" or (isinstance(problems, int) and not isinstance(problems, bool) and problems >= 0), f"{PREFIX}problems",
+    require(problems == "all" or (is_int(problems) and problems >= 0), f"{PREFIX}problems",
             f"is {problems!r}; allowed: 0 (off), a number of problems (the first N), or all")
     if problems == 0:
         return None
     ks = k_values(k)
-    require(bool(ks) and all(isinstance(v, int) and not isinstance(v, bool) for v in ks), f"{PREFIX}k",
+    require(bool(ks) and all(is_int(v) for v in ks), f"{PREFIX}k",
             f"is {k!r}; allowed: an integer or a list of integers (the k of pass@k), each ≤ samples")
-    for name, value, kind in (("samples", samples, int), ("max_new_tokens", max_new_tokens, int), ("seed", seed, int),
-                              ("temperature", temperature, (int, float)), ("wall_s", wall_s, (int, float))):
-        require(isinstance(value, kind) and not isinstance(value, bool), f"{PREFIX}{name}",
-                f"is {value!r}; allowed: {'an integer' if kind is int else 'a number'}")
+    for name, value, kind in (("samples", samples, is_int), ("max_new_tokens", max_new_tokens, is_int), ("seed", seed, is_int),
+                              ("temperature", temperature, is_number), ("wall_s", wall_s, is_number)):
+        require(kind(value), f"{PREFIX}{name}", f"is {value!r}; allowed: {'an integer' if kind is is_int else 'a number'}")
     require(isinstance(speculative, bool), f"{PREFIX}speculative", f"is {speculative!r}; allowed: true or false")
     settings = EvalSettings("humaneval", samples, temperature, ks, max_new_tokens, None if problems == "all" else problems, speculative,
                             False, seed, wall_s)
@@ -44,7 +43,7 @@ def settings_from(problems: int | str = 0, samples: int = 1, temperature: float 
 
 def k_values(k) -> tuple:
     """`k: 10` or `k: [1, 10]` as a tuple; () for anything else (a string, a mapping)."""
-    if isinstance(k, int) and not isinstance(k, bool):
+    if is_int(k):
         return (k,)
     if isinstance(k, (str, dict)) or not hasattr(k, "__iter__"):
         return ()

@@ -10,8 +10,8 @@ callback metrics (run.json's final metrics). `every_n_steps` is `callbacks.liven
 import pytorch_lightning as pl
 import torch
 
-from lab.errors import ConfigError
 from lab.training.step import step_outputs
+from lab.errors import require_int
 
 
 class LogitLiveness(pl.Callback):
@@ -19,8 +19,7 @@ class LogitLiveness(pl.Callback):
         self.every_n_steps = every_n_steps
 
     def setup(self, trainer, pl_module, stage):
-        if isinstance(self.every_n_steps, bool) or not isinstance(self.every_n_steps, int) or self.every_n_steps < 1:
-            raise ConfigError("callbacks.liveness.every_n_steps", f"must be an integer ≥ 1, got {self.every_n_steps!r}")
+        require_int(self.every_n_steps, "callbacks.liveness.every_n_steps", least=1)
         pl_module.memory_every_n_steps = self.every_n_steps
 
     def teardown(self, trainer, pl_module, stage):

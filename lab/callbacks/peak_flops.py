@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from lab.errors import ConfigError
+from lab.errors import ConfigError, is_number
 
 PEAK_BF16_FLOPS = {
     "H200": 989.4e12,  # SXM; same tensor cores as H100 SXM
@@ -36,7 +36,7 @@ def resolve_peak_flops(spec, device: torch.device) -> float | None:
     if spec is None or spec == "auto":
         name = device_peak_name(device)
         return None if name is None else PEAK_BF16_FLOPS[name]
-    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+    if is_number(spec):
         if spec > 0:
             return float(spec)
     elif spec in PEAK_BF16_FLOPS:

@@ -52,7 +52,7 @@ class RouterMetrics(pl.Callback):
         self._val: dict[str, torch.Tensor] = {}
 
     def setup(self, trainer, pl_module, stage=None):
-        self.places = router_places(pl_module.model) if pl_module.model.has_hf_trunk else []
+        self.places = router_places(pl_module.model)  # [] on a dense trunk and heads
         self._top_k = {place.place: place.top_k for place in self.places}
 
     def _open(self) -> None:

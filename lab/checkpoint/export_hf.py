@@ -41,7 +41,7 @@ def transformers_tokenizer(payload: dict, manifest: dict):
 
 def export_hf(checkpoint: dict, out: Path, model) -> None:
     """Write `out` (must not exist or be empty) from a model=hf checkpoint already loaded as `model`."""
-    require(model.has_hf_trunk, "--format", "hf exports the transformers trunk of a model=hf run; this checkpoint trains the harness's GPT")
+    require(model.trunk.transformers_model is not None, "--format", "hf exports the transformers trunk of a model=hf run; this checkpoint trains the harness's GPT")
     with staged_folder(out) as tmp:
         write_trunk_folder(checkpoint, model, tmp)
 

@@ -1,5 +1,5 @@
 """Config: the typed group schemas Hydra composes with, cross-field checks, the command line's pre-flight and help."""
 
-from lab.config.schemas import register_schemas
+from lab.config.hydra_schemas import register_schemas
 
 register_schemas()  # before any compose: conf/<group>/*.yaml name `schema` in their defaults

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab.config.targets import check_target_nodes
-from lab.errors import ConfigError, require
+from lab.config.target_nodes import check_target_nodes
+from lab.errors import ConfigError, is_int, require, require_bool, require_int
 from lab.schema import did_you_mean, typed
 
 # Lightning's precision strings (plus its short aliases); transformer-engine needs NVIDIA's package.
@@ -39,18 +39,6 @@ def check_group_choice(key: str, choices: list[str], conf_dir: Path) -> None:
             raise ConfigError(key, f"unknown option '{choice}'{did_you_mean(choice, options)}; allowed: {', '.join(options)}")
 
 
-def check_group_overrides(argv: list[str], conf_dir: Path) -> None:
-    """`head=foo` with no foo.yaml in the conf/head/ folder → one line listing the options."""
-    for arg in argv:
-        if "=" not in arg or arg.startswith(("-", "+", "~", "hydra.")):
-            continue
-        key, value = arg.split("=", 1)
-        # hydra/launcher, hydra/sweeper, ...: options also come from installed Hydra plugins
-        if "." in key or key.startswith("hydra/") or not (conf_dir / key).is_dir():
-            continue
-        check_group_choice(key, [choice.strip() for choice in value.split(",")], conf_dir)
-
-
 def check_config(cfg: DictConfig, noted: frozenset[str] = frozenset()) -> "CheckedGroups":
     """Every check of a run's config that needs no data and no weights, in one sequence: the run
     settings, then each group through the typed config it is built from (each field checked by its
@@ -59,7 +47,8 @@ def check_config(cfg: DictConfig, noted: frozenset[str] = frozenset()) -> "Check
     from lab.data import check_data_config
     from lab.model.compile import split_compile_option
     from lab.config.unused import refuse_unused, unused_settings
-    from lab.model.mtp import check_head_on_trunk, model_config, trunk_layers
+    from lab.model.mtp import check_head_on_trunk, model_config
+    from lab.model.trunks import trunk_spec
     from lab.objective.objective import Objective
     from lab.training.checked_groups import CheckedGroups
     from lab.data.train_rows import TrainRowsConfig
@@ -79,17 +68,10 @@ def check_config(cfg: DictConfig, noted: frozenset[str] = frozenset()) -> "Check
     check_future_horizons(head)
     if not in_sweep_job():  # a sweep job noted them and set them to their defaults (lab.train.settle_unused_settings)
         refuse_unused([setting for setting in unused_settings(cfg, head) if setting.field not in noted])
-    if model.get("name") != "hf":
-        model["vocab_size"] = model.get("vocab_size") or 256  # the tokenizer sets it later; any size checks the rest
-    trunk = model_config(model)
-    check_head_on_trunk(trunk, head)  # compute matching, head.block, head.init, lora vs the trunk kind
-    if model.get("name") == "hf":
-        from lab.model.hf_trunk import preflight_hf
-
-        hf_config = preflight_hf(trunk, head)  # config, tokenizer, LoRA targets: no weights loaded
-        check_decoding_callback(cfg.get("callbacks"), hf_config)
-    else:
-        trunk_layers(trunk, head)  # compute matching leaves ≥ 1 trunk block
+    spec = trunk_spec(model)
+    trunk = model_config(spec.fill_vocab_size(model, 256))  # the tokenizer sets it later; any size checks the rest
+    check_head_on_trunk(trunk, head)  # compute matching, head.block, head.init, lora vs the trunk family
+    check_decoding_callback(cfg.get("callbacks"), spec.preflight(trunk, head))  # config, tokenizer, LoRA targets: no weights
     optim = typed(OptimConfig, plain("optim"), "optim")
     targets = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None
     objective = Objective.build(plain("reduction"), plain("weights"), plain("schedule"), k=head.k, objective=targets)
@@ -129,7 +111,7 @@ def check_future_horizons(head) -> None:
             f"allowed: an integer ≥ 2 (or head={next(s.name for s in HEAD_SPECS.values() if s.is_baseline)})")
 
 
-# Groups of `_target_` nodes, checked against their classes' signatures (lab/config/targets.py).
+# Groups of `_target_` nodes, checked against their classes' signatures (lab/config/target_nodes.py).
 TARGET_GROUPS = ("trainer", "callbacks", "logger")
 
 # Precisions under which a live step computes the trunk's states as the cache does (no autocast, no cast model).
@@ -140,7 +122,7 @@ def check_hidden_cache(cfg: DictConfig, trunk_grad: str) -> None:
     """`hidden_cache=true` replaces the trunk's run by stored states: only for a trunk that never changes,
     on indexed rows, at the precision the states were computed in."""
     enabled = cfg.get("hidden_cache", False)
-    require(isinstance(enabled, bool), "hidden_cache", f"must be true or false, got {enabled!r}")
+    require_bool(enabled, "hidden_cache")
     if not enabled:
         return
     require(trunk_grad == "frozen", "hidden_cache",
@@ -155,11 +137,9 @@ def check_hidden_cache(cfg: DictConfig, trunk_grad: str) -> None:
 
 def trained_weights_of(model: dict, init_from) -> str | None:
     """Where the trunk's weights come from when they are trained ones (None: a random initialisation)."""
-    if init_from:
-        return f"init_from={init_from}"
-    if model.get("name") == "hf" and (model.get("path") or model.get("gguf_package")):
-        return "a pretrained model.path" if model.get("path") else f"model.gguf_package={model.get('gguf_package')}"
-    return None
+    from lab.model.trunks import trunk_spec
+
+    return f"init_from={init_from}" if init_from else trunk_spec(model).trained_weights(model)
 
 
 def check_train_rows(train_rows, data, trained_weights: str | None) -> None:
@@ -201,13 +181,10 @@ def check_humaneval_options_of(callbacks, data_source: str | None = None) -> Non
             f"HumanEval's prompts are Python text, which data.source={data_source}'s symbol tokenizer cannot encode; allowed here: 0")
 
 
-def check_decoding_callback(callbacks, hf_config) -> None:
-    """The end-of-run decoding evaluation on a trunk whose family the harness cannot decode (the MTP family table)."""
-    from lab.model.mtp_families import family_path_refusal
-
+def check_decoding_callback(callbacks, refusal: str | None) -> None:
+    """The end-of-run decoding evaluation on a trunk the harness cannot decode (`refusal` says why; None: it can)."""
     decoding = (callbacks or {}).get("decoding")
-    refusal = family_path_refusal(hf_config, "decoding") if decoding is not None and decoding.get("prompts") != 0 else None
-    require(refusal is None, "callbacks.decoding",
+    require(refusal is None or decoding is None or decoding.get("prompts") == 0, "callbacks.decoding",
             f"decodes after the last step, and the harness cannot decode this trunk: {refusal}; turn it off with callbacks.decoding.prompts=0")
 
 
@@ -272,13 +249,12 @@ def check_trainer_counts(trainer: DictConfig) -> None:
         "trainer.val_check_interval", f"must be a step count ≥ 1 or a fraction of an epoch in (0, 1], got {interval!r}",
     )
     every_epochs = trainer.get("check_val_every_n_epoch")
-    require(every_epochs is None or (is_int(every_epochs) and every_epochs >= 1), "trainer.check_val_every_n_epoch",
-            f"must be an integer ≥ 1 or null, got {every_epochs!r}")
+    require_int(every_epochs, "trainer.check_val_every_n_epoch", least=1, optional=True)
     limit = trainer.get("limit_val_batches")
     require(limit is None or (is_int(limit) and limit >= 0) or (isinstance(limit, float) and 0 <= limit <= 1), "trainer.limit_val_batches",
             f"must be a batch count ≥ 0, a fraction in [0, 1] or null, got {limit!r}")
     log_every = trainer.get("log_every_n_steps", 50)
-    require(is_int(log_every) and log_every >= 1, "trainer.log_every_n_steps", f"must be an integer ≥ 1, got {log_every!r}")
+    require_int(log_every, "trainer.log_every_n_steps", least=1)
     devices = trainer.get("devices", "auto")
     require(
         not is_int(devices) or devices >= 1 or devices == -1, "trainer.devices",
@@ -306,7 +282,3 @@ def check_other_accelerator(name: str) -> None:
         AcceleratorRegistry[name]["accelerator"].is_available(), "trainer.accelerator",
         f"'{name}' is not available on this machine{' (needs torch_xla)' if name == 'tpu' else ''}; allowed here: cpu, auto",
     )
-
-
-def is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -16,11 +16,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lab.config.checks import check_group_choice
-from lab.config.targets import SCALAR_NAMES, fits
+from lab.config.target_nodes import SCALAR_NAMES, fits
 from lab.errors import ConfigError
 from lab.schema import check_known
 
-_ABSENT = object()
 FLAGS_WITHOUT_CHECKS = ("-m", "--multirun")  # other flags (--help, --cfg, ...) go to Hydra untouched
 
 
@@ -97,9 +96,17 @@ def compose(conf_dir: Path, overrides: list[str], with_hydra: bool = False) -> D
         raise composition_error(error) from None
 
 
+# Hydra plugin configs that an optional extra installs: (the setting that selects it, what to install).
+OPTIONAL_PLUGINS = {"hydra/sweeper/optuna": ("hparams_search", "optuna needs Hydra's Optuna sweeper, which is not installed: "
+                                                                 "pip install 'mtp-lab[search]' (optuna 2.x and the SQLAlchemy 1.x it needs)")}
+
+
 def composition_error(error: Exception) -> ConfigError:
     """One line for a config Hydra cannot compose: the key and the reason OmegaConf gives (`head.draft_vocab=ten`:
-    the schema's type), else Hydra's own first line."""
+    the schema's type), a missing optional plugin and its extra, else Hydra's own first line."""
+    missing = re.search(r"Could not find '([^']+)'", str(error))
+    if missing is not None and missing.group(1) in OPTIONAL_PLUGINS:
+        return ConfigError(*OPTIONAL_PLUGINS[missing.group(1)])
     cause = error.__cause__
     detail = str(cause or "")
     key = re.search(r"full_key: (\S+)", detail)

@@ -1,7 +1,7 @@
 """The `data` group of a text corpus: its fields, defaults and checks (`DataConfig`).
 
 Light to import (the checks' modules are imported when a config is built), so the config schemas
-Hydra composes with (lab/config/schemas.py) can read it without loading datasets or Lightning.
+Hydra composes with (lab/config/hydra_schemas.py) can read it without loading datasets or Lightning.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from lab.errors import require
+from lab.errors import require, require_bool, require_int, require_number
 from lab.schema import typed
 
 
@@ -80,27 +80,20 @@ class DataConfig:
         )
         check_tokenizer_config(self.tokenizer, self.vocab_size)
         check_seq_len(self.seq_len)
-        _require_int(self.batch_size, "data.batch_size", minimum=1)
-        require(
-            isinstance(self.val_fraction, (int, float))
-            and not isinstance(self.val_fraction, bool)
-            and 0 <= self.val_fraction < 1,
-            "data.val_fraction",
-            f"must be a number in [0, 1), got {self.val_fraction!r}",
-        )
-        _require_int(self.max_docs, "data.max_docs", minimum=0, optional=True)
-        _require_int(self.min_doc_chars, "data.min_doc_chars", minimum=0)
-        _require_int(self.seed, "data.seed", minimum=None)
-        _require_int(self.num_workers, "data.num_workers", minimum=0)
-        _require_int(self.max_val_rows, "data.max_val_rows", minimum=1, optional=True)  # 0 rows: no validation metric at all
-        _require_int(self.max_train_rows, "data.max_train_rows", minimum=1, optional=True)
+        require_int(self.batch_size, "data.batch_size", least=1)
+        require_number(self.val_fraction, "data.val_fraction", low=0, high=1, open_high=True)
+        require_int(self.max_docs, "data.max_docs", least=0, optional=True)
+        require_int(self.min_doc_chars, "data.min_doc_chars", least=0)
+        require_int(self.seed, "data.seed", least=None)
+        require_int(self.num_workers, "data.num_workers", least=0)
+        require_int(self.max_val_rows, "data.max_val_rows", least=1, optional=True)  # 0 rows: no validation metric at all
+        require_int(self.max_train_rows, "data.max_train_rows", least=1, optional=True)
         require(self.max_train_rows is None or not self.streaming, "data.max_train_rows",
                 "caps the packed rows of a prepared corpus; a streamed one has no row order to cut (use data.max_docs)")
-        _require_int(self.num_proc, "data.num_proc", minimum=1, optional=True)
-        _require_int(self.shuffle_buffer, "data.shuffle_buffer", minimum=1)
+        require_int(self.num_proc, "data.num_proc", least=1, optional=True)
+        require_int(self.shuffle_buffer, "data.shuffle_buffer", least=1)
         for flag in ("shuffle", "streaming"):
-            value = getattr(self, flag)
-            require(isinstance(value, bool), f"data.{flag}", f"must be true or false, got {value!r}")
+            require_bool(getattr(self, flag), f"data.{flag}")
         require(
             self.cache_dir is None or isinstance(self.cache_dir, (str, os.PathLike)),
             "data.cache_dir",
@@ -115,11 +108,3 @@ def validate_data_config(**options) -> DataConfig:
     """The typed, checked `data` config of a text corpus (DataConfig's own checks), with `source` resolved."""
     return typed(DataConfig, options, "data", owner=f"data.source={options.get('source', 'stdlib')}")
 
-
-def _require_int(value, field: str, *, minimum: int | None, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    bound = "" if minimum is None else f" ≥ {minimum}"
-    allowed = f"an integer{bound}" + (" or null" if optional else "")
-    require(is_int and (minimum is None or value >= minimum), field, f"must be {allowed}, got {value!r}")

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from lab.errors import require
+from lab.errors import require_int
 
 COLUMNS = ("tokens", "active", "segment_ids", "position_ids")
 _MAP_BATCH = 256
@@ -189,11 +189,7 @@ def pack_documents(docs: Sequence[Sequence[int]], seq_len: int, pad_id: int) -> 
 
 
 def check_seq_len(seq_len) -> None:
-    require(
-        isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len >= 2,
-        "data.seq_len",
-        f"must be an integer ≥ 2, got {seq_len!r}",
-    )
+    require_int(seq_len, "data.seq_len", least=2)
 
 
 def pack_stream(tokens: np.ndarray, doc_lengths: np.ndarray, seq_len: int, pad_id: int) -> PackedRows:

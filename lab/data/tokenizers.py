@@ -20,7 +20,7 @@ import numpy as np
 import tokenizers as hf
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from lab.errors import ConfigError, require
+from lab.errors import ConfigError, is_int, require
 
 TOKENIZER_KINDS = ("byte", "bpe", "hf")  # hf: a pretrained model's own (lab/data/hf_tokenizer.py, set by model=hf)
 N_BYTES = 256
@@ -224,7 +224,7 @@ def check_tokenizer_config(kind: str, vocab_size: int | None) -> None:
         )
         return
     require(
-        isinstance(vocab_size, int) and not isinstance(vocab_size, bool),
+        is_int(vocab_size),
         "data.vocab_size",
         f"the bpe tokenizer needs an integer vocab_size ≥ {MIN_BPE_VOCAB}, got {vocab_size!r}",
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from lab.decode.batched import decode_rows
+from lab.decode.batched import batch_cache_class, decode_rows
 from lab.decode.batched_speculative import speculative_rows
 from lab.decode.request import Generation, check_request
 from lab.errors import require
@@ -37,7 +37,7 @@ def generate_batch(model, prompt, max_new_tokens: int, *, temperature: float = 0
     A transformers trunk (model=hf) decodes plain batches of prompts of one length (n samples of one prompt).
     """
     rows = prompt_rows(prompt)
-    if model.has_hf_trunk:
+    if not batch_cache_class(model).any_requests:
         require(not speculative, "speculative",
                 "batched speculative requests need the harness's GPT trunk; a transformers trunk (model=hf) drafts for one prompt at a time")
         require(len({row.numel() for row in rows}) == 1, "prompt",

@@ -36,6 +36,8 @@ class BatchedCaches:
     single request.
     """
 
+    any_requests = True  # prompts of any lengths, plain or speculative
+
     def __init__(self, model, batch: int, device):
         cfg = model.trunk.cfg  # width, heads and rotary base of the head stacks (a transformers trunk derives them from its config)
         self.head_dim, self.rope_base = cfg.d_model // cfg.n_heads, cfg.rope_base
@@ -85,6 +87,8 @@ class SameLengthHFCaches(BatchedCaches):
     prompts of different lengths need the harness's GPT trunk.
     """
 
+    any_requests = False  # plain requests of one prompt length only
+
     def __init__(self, model, batch: int, device):
         super().__init__(model, batch, device)
         self.trunk_cache = HFTrunkCache(TRUNK, "target")
@@ -107,9 +111,17 @@ class SameLengthHFCaches(BatchedCaches):
                               + sum(c.length * c.row_bytes() for c in self.caches.values()))
 
 
+# The batch caches for each trunk cache protocol (the trunk's `cache_protocol`).
+BATCH_CACHES: dict[str, type[BatchedCaches]] = {"stack": BatchedCaches, "dynamic": SameLengthHFCaches}
+
+
+def batch_cache_class(model) -> type[BatchedCaches]:
+    """The caches a batch decodes with: the GPT trunk's per-row slots, or transformers' DynamicCache."""
+    return BATCH_CACHES[model.trunk.cache_protocol]
+
+
 def batch_caches(model, batch: int, device):
-    """The caches a plain batch decodes with: the GPT trunk's per-row slots, or transformers' DynamicCache."""
-    return (SameLengthHFCaches if model.has_hf_trunk else BatchedCaches)(model, batch, device)
+    return batch_cache_class(model)(model, batch, device)
 
 
 def left_padded(rows: list[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -104,9 +104,7 @@ def prompt_lookup(ngram, speculative: bool, model) -> PromptLookup | None:
 
 def model_context(model) -> int | None:
     """Positions the model was built for (a transformers config's max_position_embeddings); None when it declares none."""
-    if not model.has_hf_trunk:
-        return None
-    return getattr(model.hf_model.config, "max_position_embeddings", None)
+    return model.trunk.context_length
 
 
 class Decoder:

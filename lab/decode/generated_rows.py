@@ -110,11 +110,12 @@ def continue_prompts(model, prompts: torch.Tensor, new_tokens: int, temperature:
     """[b, P] prompts -> [b, new_tokens] of the model's own continuation (its next-token path); no stop at
     end-of-sequence. A transformers trunk whose next-token path is its own runs transformers' batched `generate`;
     every other model decodes through lab.decode (a transformers trunk one prompt at a time)."""
-    if model.has_hf_trunk and next_token_is_the_trunks(model):
-        return continue_with_transformers(model.trunk.hf, prompts, new_tokens, temperature, generator)
+    if model.trunk.transformers_model is not None and next_token_is_the_trunks(model):
+        return continue_with_transformers(model.trunk.transformers_model, prompts, new_tokens, temperature, generator)
     from lab.decode import generate
+    from lab.decode.batched import batch_cache_class
 
-    requests = prompts.unbind(0) if model.has_hf_trunk else [prompts]  # batched requests need the harness's GPT
+    requests = [prompts] if batch_cache_class(model).any_requests else prompts.unbind(0)  # one batch where the caches allow
     outputs = []
     for request in requests:
         decoded = generate(model, request, new_tokens, temperature=temperature, generator=generator)

@@ -18,7 +18,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from lab.errors import require
+from lab.errors import is_int, require, require_bool, require_number
 from lab.inference.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
 
 DEFAULT_SIZES = (3, 2, 1)
@@ -63,21 +63,19 @@ class PromptLookup:
 
     def __post_init__(self):
         sizes = tuple(self.sizes) if isinstance(self.sizes, (list, tuple)) else ()
-        require(bool(sizes) and all(is_count(n) and n >= 1 for n in sizes), "ngram.sizes",
+        require(bool(sizes) and all(is_int(n) and n >= 1 for n in sizes), "ngram.sizes",
                 f"must be a non-empty list of n-gram lengths ≥ 1 (e.g. [3, 2, 1]), got {self.sizes!r}")
-        require(is_count(self.max_draft) and self.max_draft >= 1, "ngram.max_draft",
+        require(is_int(self.max_draft) and self.max_draft >= 1, "ngram.max_draft",
                 f"must be an int ≥ 1 (draft tokens per round), got {self.max_draft!r}")
         for field, allowed in (("method", METHODS), ("combine", COMBINES), ("occurrence", OCCURRENCES)):
             require(getattr(self, field) in allowed, f"ngram.{field}", f"unknown {getattr(self, field)!r}; allowed: {', '.join(allowed)}")
-        require(is_count(self.min_match) and self.min_match >= 1, "ngram.min_match",
+        require(is_int(self.min_match) and self.min_match >= 1, "ngram.min_match",
                 f"must be an int ≥ 1 (tokens of match before the lookup drafts), got {self.min_match!r}")
-        require(is_count(self.max_depth) and self.max_depth >= 2, "ngram.max_depth",
+        require(is_int(self.max_depth) and self.max_depth >= 2, "ngram.max_depth",
                 f"must be an int ≥ 2 (a match of one token and one draft), got {self.max_depth!r}")
-        require(is_number(self.min_token_prob) and 0 < self.min_token_prob < 1, "ngram.min_token_prob",
-                f"must be a number in (0, 1), got {self.min_token_prob!r}")
-        require(self.spec_factor is None or (is_number(self.spec_factor) and self.spec_factor > 0), "ngram.spec_factor",
-                f"must be a number > 0 or null, got {self.spec_factor!r}")
-        require(isinstance(self.loop, bool), "ngram.loop", f"must be true or false, got {self.loop!r}")
+        require_number(self.min_token_prob, "ngram.min_token_prob", low=0, high=1, open_low=True, open_high=True)
+        require_number(self.spec_factor, "ngram.spec_factor", low=0, open_low=True, optional=True)
+        require_bool(self.loop, "ngram.loop")
         object.__setattr__(self, "sizes", tuple(sorted(set(sizes), reverse=True)))
         for name, (switch, value) in READ_ONLY_WITH.items():  # a setting nothing reads would change nothing: refused
             default = next(f.default for f in dataclasses.fields(self) if f.name == name)
@@ -99,14 +97,6 @@ class PromptLookup:
 # The settings only one method or combination reads: name -> (the switch, its value that reads it).
 READ_ONLY_WITH = {"sizes": ("method", "ngram"), "occurrence": ("method", "ngram"), "max_depth": ("method", "suffix"),
                   "min_token_prob": ("method", "suffix"), "min_match": ("combine", "choose")}
-
-
-def is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def copy_on(text: list[int], start: int, limit: int, loop: bool) -> list[int]:

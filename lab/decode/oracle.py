@@ -31,7 +31,7 @@ from lab.inference.sampling import TokenChooser
 
 def target_model(model):
     """The transformers model that is `model`'s next-token path (the oracle runs its KV cache)."""
-    require(model.has_hf_trunk and next_token_is_the_trunks(model), "model",
+    require(model.trunk.transformers_model is not None and next_token_is_the_trunks(model), "model",
             "the marginal oracle needs a transformers trunk whose next-token path is its own (medusa, deepseek, ntp heads)")
     return model.hf_model
 

@@ -6,12 +6,11 @@ lab/model/heads/deepseek/drafter.py); every proposer answers lab.inference.propo
 
 from __future__ import annotations
 
-import math
 
 from lab.decode.choose import ChoosePerRound, ConfidenceGated
 from lab.decode.ngram import HeadsWithNgram, NgramProposer, PromptLookup
 from lab.decode.suffix import SuffixProposer
-from lab.errors import ConfigError, require
+from lab.errors import ConfigError, is_number, require
 from lab.inference.proposer import vocab_identity
 from lab.inference.target import CachedModel
 from lab.inference.tree import TreeShape
@@ -48,8 +47,7 @@ def build_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape 
 
 
 def check_confidence(confidence) -> None:
-    number = isinstance(confidence, (int, float)) and not isinstance(confidence, bool) and math.isfinite(confidence)
-    require(number and 0 < confidence < 1, "confidence", f"must be a probability in (0, 1) (a draft below it is not verified), got {confidence!r}")
+    require(is_number(confidence) and 0 < confidence < 1, "confidence", f"must be a probability in (0, 1) (a draft below it is not verified), got {confidence!r}")
 
 
 def heads_proposer(state: CachedModel, draft_steps: int | None, tree: TreeShape | None):

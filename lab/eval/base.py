@@ -21,7 +21,9 @@ def model_entry(conf_dir: Path, name: str) -> dict:
 
 def loads_pretrained(entry: dict) -> bool:
     """A GGUF that an installed package ships, or a local folder or file of weights."""
-    return entry.get("name") == "hf" and bool(entry.get("gguf_package") or entry.get("path"))
+    from lab.model.trunks import trunk_spec
+
+    return trunk_spec(entry).trained_weights(entry) is not None
 
 
 def pretrained_entries(conf_dir: Path) -> list[str]:
@@ -32,7 +34,7 @@ def pretrained_entries(conf_dir: Path) -> list[str]:
 def load_base(name: str):
     """(model in eval mode, tokenizer) of the model group's entry `name`, as `lab-train model=NAME head=ntp` builds it."""
     from lab.data.hf_tokenizer import HFTokenizer
-    from lab.model.hf_trunk import tokenizer_options
+    from lab.model.trunks import trunk_spec
     from lab.model.mtp import build_model
     from lab.train import CONF_DIR
 
@@ -42,7 +44,7 @@ def load_base(name: str):
     if not loads_pretrained(model_cfg):
         raise ConfigError("--model", f"{name!r} is not a pretrained base; allowed: {', '.join(pretrained_entries(conf_dir))} "
                                      "(or give a run directory, checkpoint or release folder)")
-    folder = tokenizer_options(model_cfg).get("tokenizer_path")  # the GGUF's own tokenizer, dequantised beside its weights
+    folder = trunk_spec(model_cfg).tokenizer_options(model_cfg).get("tokenizer_path")  # the GGUF's own tokenizer, dequantised beside its weights
     tokenizer = HFTokenizer(folder, "--model")
     model = build_model(model_cfg, {"name": "ntp", "compute_match": "none"}).eval()
     return model, tokenizer

@@ -105,10 +105,6 @@ class StackCache:
             self._row_bytes = (len(self.keys), sum(t.shape[0] * t.shape[1] * t.shape[3] * t.element_size() for t in self.keys + self.values))
         return self._row_bytes[1]
 
-    def committed_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer (K, V) of the committed rows only: [B, H, committed, hd] each."""
-        return [(k[:, :, : self.committed], v[:, :, : self.committed]) for k, v in zip(self.keys, self.values)]
-
 
 class CacheSet:
     """All stack caches of one sequence, created on first use; builds their attention contexts.

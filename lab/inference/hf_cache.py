@@ -75,10 +75,6 @@ class HFTrunkCache:
                     buffer[:, :, start : start + len(rows)] = buffer.index_select(2, index)  # a copy, so overlap is safe
         self.commit(len(rows))
 
-    def committed_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer (K, V) of the committed rows only: [B, H, committed, hd] each."""
-        return [(layer.keys[:, :, : self.committed], layer.values[:, :, : self.committed]) for layer in self.dynamic.layers]
-
     def row_bytes(self) -> int:
         total = 0
         for layer in self.dynamic.layers:

@@ -18,9 +18,11 @@ import torch
 from lab.errors import require
 from lab.inference.cache import CacheSet
 from lab.inference.hf_cache import use_transformers_cache
-from lab.model.mtp_families import family_path_refusal
 
 TRUNK = ("trunk",)
+# How a trunk's cache protocol (its `cache_protocol`) sets up the trunk's cache in a CacheSet: the harness's
+# StackCache is the CacheSet's default; a transformers trunk keeps its own DynamicCache.
+TRUNK_CACHES: dict[str, Callable[[CacheSet, tuple], None]] = {"stack": lambda caches, key: None, "dynamic": use_transformers_cache}
 
 
 @dataclass
@@ -45,10 +47,9 @@ class CachedModel:
         target_stacks = {("stack", i) for i in model.head.next_token_stacks()}
         family_of = lambda key: "target" if key == TRUNK or key in target_stacks else "draft"  # noqa: E731
         self.caches = CacheSet(cfg.d_model // cfg.n_heads, cfg.rope_base, family_of)
-        if model.has_hf_trunk:  # model=hf: the trunk keeps transformers' own DynamicCache
-            refusal = family_path_refusal(model.hf_model.config, "decoding")
-            require(refusal is None, "model", f"cannot decode with the harness: {refusal}")
-            use_transformers_cache(self.caches, TRUNK)
+        refusal = model.trunk.decoding_refusal()
+        require(refusal is None, "model", f"cannot decode with the harness: {refusal}")
+        TRUNK_CACHES[model.trunk.cache_protocol](self.caches, TRUNK)
         self.device = next(model.parameters()).device
 
     @property

@@ -24,7 +24,7 @@ from functools import cached_property
 
 import torch
 
-from lab.errors import ConfigError
+from lab.errors import ConfigError, is_int
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,6 @@ def tree_shape(spec) -> TreeShape:
     allowed = "a list of widths per draft position (e.g. [4, 3, 2]) or a list of root-to-leaf rank paths (e.g. [[0, 0], [0, 1], [1]])"
     if not isinstance(spec, (list, tuple)) or not spec:
         raise ConfigError("tree", f"must be {allowed}, got {spec!r}")
-    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
     if all(is_int(w) for w in spec):
         if any(w < 1 for w in spec):
             raise ConfigError("tree", f"widths must be integers ≥ 1, got {list(spec)}")

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from lab.errors import require
 from lab.model.heads import sharding_units
+from lab.errors import require_bool
 
 
 def split_compile_option(model: dict) -> tuple[dict, bool]:
     """The `model` group without `compile` (how to run the network, not what it is: not in the manifest), and its value."""
     model = dict(model)
     compiled = model.pop("compile", False)
-    require(isinstance(compiled, bool), "model.compile", f"must be true or false, got {compiled!r}")
+    require_bool(compiled, "model.compile")
     return model, compiled
 
 

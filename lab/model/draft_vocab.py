@@ -20,7 +20,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from lab.errors import require
+from lab.errors import is_int, require
 
 FIELD = "head.draft_vocab"
 ALLOWED = "null (the full vocabulary) or an integer 1 ≤ N ≤ the vocabulary size"
@@ -30,7 +30,7 @@ def check_draft_vocab(value, vocab_size: int | None = None, k: int | None = None
     """The option's one check: null, or an integer in [1, V]; and a head with horizons ≥ 2 to restrict."""
     if value is None:
         return
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, FIELD, f"must be {ALLOWED}, got {value!r}")
+    require(is_int(value) and value >= 1, FIELD, f"must be {ALLOWED}, got {value!r}")
     if vocab_size is not None:
         require(value <= vocab_size, FIELD, f"must be {ALLOWED} ({vocab_size}), got {value}")
     if k is not None:

@@ -228,6 +228,8 @@ def find_child(module: nn.Module, names: tuple[str, ...], what: str) -> nn.Modul
 class HFTrunk(nn.Module):
     """The transformers model behind the trunk interface (embed, blocks, final_norm, unembedding)."""
 
+    cache_protocol = "dynamic"  # decoding keeps transformers' own DynamicCache (lab/inference/hf_cache.py)
+
     def __init__(self, hf_model: nn.Module):
         super().__init__()
         self.hf = hf_model
@@ -256,6 +258,22 @@ class HFTrunk(nn.Module):
     def attention_context(self, segment_ids, position_ids, key_valid) -> AttentionContext:
         """The mask and positions the HF forward takes (lab rotary angles too, for harness head blocks)."""
         return AttentionContext.build(segment_ids, position_ids, key_valid, self.cfg.d_model // self.cfg.n_heads, self.cfg.rope_base)
+
+    @property
+    def transformers_model(self) -> nn.Module:
+        return self.hf
+
+    @property
+    def context_length(self) -> int | None:
+        """Positions the model was built for (its config's max_position_embeddings); None when it declares none."""
+        return getattr(self.hf.config, "max_position_embeddings", None)
+
+    def check_vocabulary(self, tokenizer_vocab: int) -> None:
+        check_tokenizer_fits(tokenizer_vocab, self.cfg.vocab_size)  # the pretrained model's size: the tokenizer is wrong
+
+    def decoding_refusal(self) -> str | None:
+        """Why the harness cannot decode this family (the MTP family table), or None."""
+        return family_path_refusal(self.hf.config, "decoding")
 
     def hf_mask(self, mask: torch.Tensor) -> torch.Tensor:
         """[B, 1, S, S] bool (True = may attend) in the form the attention implementation adds or takes."""
@@ -309,8 +327,6 @@ def tokenizer_options(model: dict) -> dict:
     """What `model=hf` sets in the data config: the model's own tokenizer (`tokenizer_path`, else `path`).
     A `model.config` / `model.config_file` without `tokenizer_path` keeps the data group's tokenizer
     (byte by default), whose vocabulary must fit the model's (checked once the tokenizer is built)."""
-    if model.get("name") != "hf":
-        return {}
     cfg = HFModelConfig(**{key: model.get(key) for key in ("path", "config", "config_file", "gguf_file", "gguf_package", "gguf_cache_dir")})
     folder = model.get("tokenizer_path") or (weights_folder(cfg) if cfg.weights_from_path else None)  # a GGUF's own tokenizer
     return {} if folder is None else {"tokenizer": "hf", "tokenizer_path": str(folder), "vocab_size": None}
@@ -325,7 +341,7 @@ def check_tokenizer_fits(tokenizer_vocab: int, model_vocab: int) -> None:
 def preflight_hf(cfg: HFModelConfig, head_cfg):
     """Every check of a `model=hf` run that needs no weights (`cfg` typed by lab.model.mtp.model_config):
     config, causal LM, tokenizer and its vocabulary, LoRA target modules (on a weightless meta-device
-    copy). The head options that depend on the trunk are lab.model.mtp.check_head_on_trunk's.
+    copy). The head options that depend on the trunk are lab/model/trunks.py's check_head_on_hf.
     Returns the transformers config it read."""
     import torch
     from transformers import AutoModelForCausalLM

@@ -7,41 +7,25 @@ import torch.nn as nn
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 from lab.errors import require
 from lab.model.draft_vocab import check_draft_vocab, draft_logits, index_of, restrict_horizon
-from lab.model.heads.base import BLOCKS, COMPUTE_MATCH_REMOVES, TRUNK_GRADS
-from lab.model.heads import HeadConfig, Horizon, KnownRows, SharedParts, head_class, head_config
-from lab.model.hf_trunk import HFBlockConfig, HFModelConfig, build_hf_trunk, check_native_block, check_tokenizer_fits
-from lab.model.moe import check_router_options, router_places
-from lab.model.trunk import ModelConfig, Trunk
+from lab.horizon import Horizon, KnownRows
+from lab.model.heads import HeadConfig, SharedParts, head_class, head_config
+from lab.model.trunk_spec import DEFAULT_TRUNK
+from lab.model.trunks import trunk_spec
 from lab.schema import typed
 
 
-def trunk_layers(model_cfg: ModelConfig, head_cfg: HeadConfig) -> int:
-    """Trunk blocks under `head.compute_match`; refuses a model left without a trunk block."""
-    removed = COMPUTE_MATCH_REMOVES[head_cfg.compute_match](head_class(head_cfg.name), head_cfg)
-    n = model_cfg.n_layers - removed
-    require(
-        n >= 1,
-        "head.compute_match",
-        f"{head_cfg.compute_match} leaves {n} trunk blocks (model.n_layers={model_cfg.n_layers} minus {removed} head blocks "
-        f"of head={head_cfg.name} head.k={head_cfg.k} "
-        + (f"head.depth={depth}" if (depth := getattr(head_cfg, "depth", None)) is not None else f"head.n_layers={head_cfg.n_layers}")
-        + "); need ≥ 1: raise model.n_layers "
-        "or set head.compute_match to " + " or ".join(m for m in COMPUTE_MATCH_REMOVES if m != head_cfg.compute_match),
-    )
-    return n
-
-
-def model_config(values: Mapping | ModelConfig | HFModelConfig) -> ModelConfig | HFModelConfig:
-    """The typed, checked trunk config; fields left out take the `model` group's defaults.
-    `name: hf` selects a Hugging Face causal LM (lab/model/hf_trunk.py); the GPT config has no name."""
-    if isinstance(values, (ModelConfig, HFModelConfig)):
+def model_config(values: Mapping | Any) -> Any:
+    """The typed, checked trunk config of the family `values` names (lab/model/trunk_spec.py); fields left out
+    take the family's defaults (the harness's GPT: the `model` group has no `name`)."""
+    spec = trunk_spec(values)
+    if isinstance(values, spec.config):
         return values  # typed and checked when it was constructed
-    hf = values.get("name") == "hf"
-    config_class = HFModelConfig if hf else ModelConfig
-    return typed(config_class, values, "model", owner="model=hf" if hf else "the model group")
+    owner = "the model group" if spec.name == DEFAULT_TRUNK else f"model={spec.name}"
+    return typed(spec.config, values, "model", owner=owner)
 
 
 def build_model(model: Mapping, head: Mapping) -> "MTPModel":
@@ -54,60 +38,39 @@ def build_model(model: Mapping, head: Mapping) -> "MTPModel":
 
 
 def head_defaults_for(model_cfg, head: Mapping) -> dict:
-    """`head.compute_match` left null (or out) is `none` on a pretrained trunk: its layers are never dropped.
-    (On the harness's GPT, `head_config` gives null HeadConfig's default.)"""
+    """Head fields left null (or out) that the trunk family sets: `compute_match` is `none` on a pretrained
+    trunk, whose layers are never dropped (on the harness's GPT, `head_config` gives HeadConfig's default)."""
     head = dict(head)
-    hf = isinstance(model_cfg, HFModelConfig) or (isinstance(model_cfg, Mapping) and model_cfg.get("name") == "hf")
-    if hf and head.get("compute_match") is None:
-        head["compute_match"] = "none"
+    for name, value in trunk_spec(model_cfg).head_defaults.items():
+        if head.get(name) is None:
+            head[name] = value
     return head
 
 
 def fill_vocab_size(model: dict, vocab_size: int) -> dict:
-    """The GPT's vocabulary follows the tokenizer when the config leaves it null; a HF model has its own."""
-    if model.get("name") != "hf":
-        model["vocab_size"] = model.get("vocab_size") or vocab_size
-    return model
+    """The tokenizer's vocabulary size into a `model` mapping whose family takes it from there (the GPT, when null)."""
+    return trunk_spec(model).fill_vocab_size(model, vocab_size)
 
 
 def check_vocabulary(model: "MTPModel", tokenizer_vocab: int) -> None:
     """Every token id the tokenizer makes has a row in the model's embedding."""
-    if isinstance(model.trunk.cfg, HFBlockConfig):
-        check_tokenizer_fits(tokenizer_vocab, model.trunk.cfg.vocab_size)  # the pretrained model's size: the tokenizer is wrong
-        return
-    vocab = model.trunk.cfg.vocab_size  # set on the command line (null: the tokenizer's size)
-    require(tokenizer_vocab <= vocab, "model.vocab_size",
-            f"must be ≥ the tokenizer's {tokenizer_vocab} ids (or null: the tokenizer's size), got {vocab}")
+    model.trunk.check_vocabulary(tokenizer_vocab)
 
 
-def check_head_on_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) -> None:
-    """Head options whose meaning depends on the trunk (pre-flight and build both run this)."""
-    if isinstance(model_cfg, HFModelConfig):
-        require(head_cfg.compute_match == "none", "head.compute_match",
-                f"{head_cfg.compute_match} would drop layers of a pretrained trunk (model=hf); allowed: none")
-        require(head_cfg.init != "copy_last" or head_cfg.block == "native", "head.init",
-                "copy_last copies the last trunk layer into every head block, which needs blocks of its class: "
-                "add head.block=native (or use head.init=random|copy_first_head)")
-        return
-    require(head_cfg.trunk_grad != "lora", "head.trunk_grad",
-            f"lora adapts a pretrained trunk: it needs model=hf; allowed here: {', '.join(g for g in TRUNK_GRADS if g != 'lora')}")
-    require(head_cfg.block != "native", "head.block",
-            f"native builds the Hugging Face model's own decoder layer: it needs model=hf; allowed here: {', '.join(b for b in BLOCKS if b != 'native')}")
+def check_head_on_trunk(model_cfg, head_cfg: HeadConfig) -> None:
+    """Head options whose meaning depends on the trunk family (pre-flight and build both run this)."""
+    trunk_spec(model_cfg).check_head(model_cfg, head_cfg)
 
 
-def build_trunk(model_cfg: ModelConfig | HFModelConfig, head_cfg: HeadConfig) -> nn.Module:
+def build_trunk(model_cfg, head_cfg: HeadConfig) -> nn.Module:
     check_head_on_trunk(model_cfg, head_cfg)
-    if isinstance(model_cfg, HFModelConfig):
-        trunk = build_hf_trunk(model_cfg)
-        check_native_block(trunk.hf.config, head_cfg)
-        return trunk
-    return Trunk(model_cfg, trunk_layers(model_cfg, head_cfg))
+    return trunk_spec(model_cfg).build(model_cfg, head_cfg)
 
 
 class MTPModel(nn.Module):
     """Trunk + head from typed configs (`model_config`, `head_config` or `build_model` check them)."""
 
-    def __init__(self, model_cfg: ModelConfig, head_cfg: HeadConfig):
+    def __init__(self, model_cfg, head_cfg: HeadConfig):  # model_cfg: its trunk family's typed config
         super().__init__()
         head_class(head_cfg.name).check_config(head_cfg)  # a config built in Python skipped build_config
         self.model_cfg, self.head_cfg = model_cfg, head_cfg
@@ -124,8 +87,7 @@ class MTPModel(nn.Module):
 
             add_lora_adapters(self.trunk, head_cfg.lora)
         check_alias_contract(self)
-        if isinstance(model_cfg, HFModelConfig):
-            check_router_options(model_cfg.router, router_places(self), self.trunk.hf.config.model_type)
+        trunk_spec(model_cfg).check_model(model_cfg, self)
 
     def register_draft_vocab(self, n: int | None) -> None:
         """`draft_ids` [N]: the draft vocabulary's ids, a buffer so checkpoints carry them (None: full vocabulary).
@@ -152,15 +114,10 @@ class MTPModel(nn.Module):
         return [h if h.k == 1 else restrict_horizon(h, self.draft_ids, table) for h in horizons]
 
     @property
-    def has_hf_trunk(self) -> bool:
-        """`model=hf`: the trunk is a transformers model (its own attention and DynamicCache)."""
-        return hasattr(self.trunk, "hf")
-
-    @property
     def hf_model(self) -> nn.Module:
-        """The transformers model itself (same Parameters) when `model=hf`."""
-        require(self.has_hf_trunk, "model", "hf_model exists for model=hf only")
-        return self.trunk.hf
+        """The transformers model itself (same Parameters) when the trunk is one (`model=hf`)."""
+        require(self.trunk.transformers_model is not None, "model", "hf_model exists for a transformers trunk (model=hf) only")
+        return self.trunk.transformers_model
 
     @property
     def k(self) -> int:

@@ -161,6 +161,12 @@ class Block(nn.Module):
 class Trunk(nn.Module):
     """Token embedding → `n_layers` blocks. Owns the final norm and the unembedding the heads share."""
 
+    # What decoding asks of a trunk (lab/model/trunk_spec.py): the harness's own KV cache, no position limit,
+    # no transformers model behind it, and every trunk it builds can be decoded.
+    cache_protocol = "stack"
+    context_length = None
+    transformers_model = None
+
     def __init__(self, cfg: ModelConfig, n_layers: int | None = None):
         super().__init__()
         self.cfg = cfg
@@ -180,6 +186,14 @@ class Trunk(nn.Module):
     def attention_context(self, segment_ids, position_ids, key_valid) -> AttentionContext:
         head_dim = self.cfg.d_model // self.cfg.n_heads
         return AttentionContext.build(segment_ids, position_ids, key_valid, head_dim, self.cfg.rope_base)
+
+    def check_vocabulary(self, tokenizer_vocab: int) -> None:
+        """Every token id the tokenizer makes has an embedding row (model.vocab_size was set, or taken from the tokenizer)."""
+        require(tokenizer_vocab <= self.cfg.vocab_size, "model.vocab_size",
+                f"must be ≥ the tokenizer's {tokenizer_vocab} ids (or null: the tokenizer's size), got {self.cfg.vocab_size}")
+
+    def decoding_refusal(self) -> str | None:
+        return None
 
     def forward(self, tokens: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         x = self.embed(tokens)  # [B, S, d]

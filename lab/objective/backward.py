@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn import LinearCrossEntropyOptions
 
-from lab.errors import ConfigError, require
+from lab.errors import ConfigError, require_int
 from lab.objective.targets import target_loss_sum, teacher_rows_of
 
 
@@ -162,8 +162,7 @@ def check_schedule(name: str, chunk_rows: int | None) -> None:
     if name not in BACKWARD_SCHEDULES:
         raise ConfigError("schedule.name", f"unknown '{name}'; allowed: {', '.join(BACKWARD_SCHEDULES)}")
     if name == "chunked":
-        require(isinstance(chunk_rows, int) and not isinstance(chunk_rows, bool) and chunk_rows >= 1,
-                "schedule.chunk_rows", f"must be an integer ≥ 1, got {chunk_rows}")
+        require_int(chunk_rows, "schedule.chunk_rows", least=1)
 
 
 def build_backward_schedule(name: str, chunk_rows: int | None = None):

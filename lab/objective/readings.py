@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lab.model.heads import Horizon
+from lab.horizon import Horizon
 from lab.objective.backward import project
 
 

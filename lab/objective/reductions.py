@@ -12,13 +12,12 @@ nothing and never produces NaN or inf.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from lab.errors import require
+from lab.errors import is_number, require
 
 # A policy sees float64 counts N, float64 lambdas λ and the fixed denominator T
 # (None for policies that do not use it).
@@ -79,12 +78,6 @@ POLICIES: dict[str, CoefficientFn] = {
 NEEDS_FIXED_DENOMINATOR: frozenset[str] = frozenset({"fixed", "deepseek_paper"})
 
 
-def needs_fixed_denominator(policy: str) -> bool:
-    """Whether `policy` uses T, so callers know whether to compute it per batch."""
-    _require_known_policy(policy)
-    return policy in NEEDS_FIXED_DENOMINATOR
-
-
 def _require_known_policy(policy: str) -> None:
     require(
         policy in POLICIES,
@@ -97,8 +90,8 @@ def _require_fixed_denominator(policy: str, fixed_denominator: float | Tensor | 
     """T, where given, is a finite number > 0; once `resolved` (T = token positions filled in), a policy that uses T needs one."""
     if fixed_denominator is None and not (resolved and policy in NEEDS_FIXED_DENOMINATOR):
         return
-    number = isinstance(fixed_denominator, (int, float, Tensor)) and not isinstance(fixed_denominator, bool)
-    valid = number and math.isfinite(float(fixed_denominator)) and float(fixed_denominator) > 0
+    value = fixed_denominator.item() if isinstance(fixed_denominator, Tensor) and fixed_denominator.numel() == 1 else fixed_denominator
+    valid = is_number(value) and value > 0
     require(
         valid,
         "reduction.fixed_denominator",

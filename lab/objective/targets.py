@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lab.errors import ConfigError, require
-from lab.model.heads import Horizon, Teacher
+from lab.errors import ConfigError, is_number, require, require_bool
+from lab.horizon import Horizon, Teacher
 
 ALPHA_FLOOR = 1e-6  # lk: −log α is taken of max(α, ALPHA_FLOOR)
 
@@ -99,15 +99,14 @@ class TargetConfig:
             raise ConfigError("objective.target", f"unknown '{self.target}'; allowed: {', '.join(TARGETS)}")
         for name, low, high in (("mix_alpha", 0, 1), ("ce_share", 0, 1), ("lk_eta", 0, math.inf)):
             value = getattr(self, name)
-            require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and low <= value <= high,
-                    f"objective.{name}", f"must be a number in [{low}, {high}], got {value!r}")
+            require(is_number(value) and low <= value <= high, f"objective.{name}", f"must be a number in [{low}, {high}], got {value!r}")
         require(self.ce_share == 0 or self.target in CE_SHARE_TARGETS, "objective.ce_share",
                 f"mixes the data label into {', '.join(CE_SHARE_TARGETS)}; target={self.target} has its own "
                 "(data: all; distill: none; mix: objective.mix_alpha)")
         require(self.ce_share < 1 or self.target not in CE_SHARE_TARGETS, "objective.ce_share",
                 f"1 leaves no {self.target} term; use target=data")
         require(self.truncate in TRUNCATIONS, "objective.truncate", f"unknown {self.truncate!r}; allowed: {', '.join(TRUNCATIONS)}")
-        require(isinstance(self.teacherless, bool), "objective.teacherless", f"must be true or false, got {self.teacherless!r}")
+        require_bool(self.teacherless, "objective.teacherless")
 
     @property
     def rule(self) -> tuple[float, str | None, float]:
@@ -155,11 +154,6 @@ def teacher_log_probs(teacher: Teacher, rows: torch.Tensor) -> torch.Tensor:
     """[N, d] teacher rows -> [N, V] log-probabilities of the next-token path (no graph)."""
     normed = teacher.norm.normalize(rows, teacher.norm_weight)  # [N, d]
     return F.log_softmax(F.linear(normed, teacher.weight).float(), dim=-1)  # [N, V]
-
-
-def kl_sum(logits: torch.Tensor, teacher_log_p: torch.Tensor) -> torch.Tensor:
-    """Σ_rows KL(p ‖ q): [N, V] student logits, [N, V] detached teacher log-probabilities."""
-    return row_kl(F.log_softmax(logits, dim=-1), teacher_log_p.to(logits.dtype)).sum()
 
 
 def target_loss_sum(logits: torch.Tensor, labels: torch.Tensor, horizon: Horizon, teacher_rows: torch.Tensor | None) -> torch.Tensor:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from lab.errors import ConfigError, require
+from lab.errors import require, require_number
 from lab.schema import check_known
 
 
@@ -56,24 +56,18 @@ class Progress:
 
 
 def _number(value: Any, field: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(field, f"must be a number, got {value!r}") from None
-    require(math.isfinite(number), field, f"must be finite, got {value!r}")
-    return number
+    require_number(value, field)
+    return float(value)
 
 
 def _non_negative(value: Any, field: str) -> float:
-    number = _number(value, field)
-    require(number >= 0, field, f"must be ≥ 0, got {value!r}")
-    return number
+    require_number(value, field, low=0)
+    return float(value)
 
 
 def _positive(value: Any, field: str) -> float:
-    number = _number(value, field)
-    require(number > 0, field, f"must be > 0, got {value!r}")
-    return number
+    require_number(value, field, low=0, open_low=True)
+    return float(value)
 
 
 def _token_count(value: Any, field: str) -> int:

@@ -18,9 +18,6 @@ import math
 
 from lab.report.records import finite
 
-SIGNATURE_METRICS = ("val/answer_first_acc", "val/answer_first_chance", "val/answer_examples", "val/answer_exact_given_first")
-
-
 def chance_se(final: dict) -> float | None:
     """sqrt(c (1 − c) / n): the standard error of a coin-flip decision over the run's n answers."""
     c, n = final.get("val/answer_first_chance"), final.get("val/answer_examples")

@@ -42,7 +42,6 @@ from lab.report.atomic import pid_alive
 from lab.report.sweep_plan import read_plan
 
 SWEEP_MARKER = "multirun.yaml"  # written by Hydra's sweeper into every sweep directory
-REPORT_FILES = ("runs.csv", "history.csv", "report.md", "report.html")
 FIGURES_DIR = "figures"
 NOT_STARTED = "not started"
 RECORD_FIELDS = ("head", "k", "reduction", "weights", "schedule", "seed")

@@ -59,13 +59,6 @@ def speedup_cell(variant: Variant, prefix: str = "decode", digits: int = 2) -> s
 SPEEDUP_HEADER = "speedup T=1 (paired median [quartiles]; wall time, worker CPU time where contended)"
 
 
-def train_speed(variant: Variant) -> tuple[float | None, str]:
-    """(tokens per second, clock): tokens per worker CPU second when the training was contended on CPU."""
-    if uses_cpu_clock(variant, train_contended(variant)):
-        return variant.cost("train_tokens_per_cpu_s"), "CPU"
-    return variant.cost("train_tokens_per_s"), "wall"
-
-
 def train_speed_cells(variant: Variant) -> list[str]:
     """tokens/s (wall), tokens per CPU-s (worker), worker CPU share and load (start → end), contended flag."""
     share, start, end = (variant.cost(name) for name in ("train_cpu_share", "train_load_start", "train_load_end"))

@@ -19,8 +19,6 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from lab.report.sweep_plan import write_plan
 from lab.run.job_folder import job_settings
 
-GRID_SWEEPER = "hydra_plugins.mtp_lab.grid_sweeper.GridSweeper"  # Hydra takes sweepers from hydra_plugins only
-
 
 def key_of(override: str) -> str:
     return override.partition("=")[0].lstrip("+~")

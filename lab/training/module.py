@@ -25,7 +25,6 @@ from lab.checkpoint import (
     verify_restored,
 )
 from lab.objective.distributed import all_reduce_sum, world_size
-from lab.errors import require
 from lab.model.compile import compile_units, split_compile_option
 from lab.training.checked_groups import CheckedGroups
 from lab.model.mtp import MTPModel, build_model, model_config

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lab.errors import require
+from lab.errors import is_number, require, require_int, require_number
 from lab.training.master_weights import MasterWeightAdamW
 
 
@@ -23,28 +23,19 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         # torch would refuse these only once fit starts, after the run folder is made.
-        require(is_number(self.lr) and self.lr > 0, "optim.lr", f"must be a number > 0, got {self.lr!r}")
+        require_number(self.lr, "optim.lr", low=0, open_low=True)
         betas = list(self.betas) if isinstance(self.betas, (list, tuple)) else [self.betas]
         require(len(betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in betas), "optim.betas",
                 f"must be two numbers in [0, 1), e.g. [0.9, 0.95], got {betas}")
-        require(is_number(self.weight_decay) and self.weight_decay >= 0, "optim.weight_decay", f"must be a number ≥ 0, got {self.weight_decay!r}")
+        require_number(self.weight_decay, "optim.weight_decay", low=0)
         # These four were clamped or taken as they came (a negative clip norm flips every gradient's sign).
-        require(is_int(self.warmup_steps) and self.warmup_steps >= 0, "optim.warmup_steps", f"must be an integer ≥ 0, got {self.warmup_steps!r}")
+        require_int(self.warmup_steps, "optim.warmup_steps", least=0)
         require(self.grad_clip is None or (is_number(self.grad_clip) and self.grad_clip > 0), "optim.grad_clip",
                 f"must be a number > 0 (the largest gradient norm) or null (no clipping), got {self.grad_clip!r}")
         require(is_number(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio",
                 f"must be a number in [0, 1] (the final lr as a share of optim.lr), got {self.min_lr_ratio!r}")
-        require(is_number(self.head_lr_multiplier) and self.head_lr_multiplier > 0, "optim.head_lr_multiplier",
-                f"must be a number > 0, got {self.head_lr_multiplier!r}")
+        require_number(self.head_lr_multiplier, "optim.head_lr_multiplier", low=0, open_low=True)
         object.__setattr__(self, "betas", tuple(betas))
-
-
-def is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def matrix_parameters(model: torch.nn.Module) -> set[int]:

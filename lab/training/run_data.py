@@ -7,9 +7,9 @@ from __future__ import annotations
 def run_datamodule(data: dict, model: dict):
     """A `model=hf` run reads any text source with the model's own tokenizer; synthetic tasks keep their symbols."""
     from lab.data import TASKS, build_datamodule
-    from lab.model.hf_trunk import tokenizer_options
+    from lab.model.trunks import trunk_spec
 
     data_options = dict(data)
     if data_options.get("source") not in TASKS:
-        data_options.update(tokenizer_options(model))
+        data_options.update(trunk_spec(model).tokenizer_options(model))
     return build_datamodule(data_options)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from lab.objective.distributed import all_reduce_sum
-from lab.model.heads import Horizon
+from lab.horizon import Horizon
 from lab.objective.backward import loss_dtype
 from lab.training.master_weights import gather_master_grads
 from lab.objective.logit_bytes import logit_bytes

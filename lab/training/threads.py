@@ -39,8 +39,9 @@ class ThreadChoice:
 
 def check_threads(setting) -> None:
     from lab.errors import require
+    from lab.errors import is_int
 
-    ok = setting == AUTO or (isinstance(setting, int) and not isinstance(setting, bool) and setting >= 1)
+    ok = setting == AUTO or (is_int(setting) and setting >= 1)
     require(ok, "trainer.threads", f"must be 'auto' or an integer ≥ 1 (intra-op threads), got {setting!r}")
 
 

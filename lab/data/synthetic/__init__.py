@@ -5,7 +5,7 @@ import importlib
 from lab.data.synthetic.config import LOSS_ON, TASKS, SyntheticConfig, validate_synthetic_config
 from lab.data.synthetic.example import Example
 from lab.data.synthetic.induction import InductionTask
-from lab.data.synthetic.star_graph import StarGraphTask, parse_star_graph
+from lab.data.synthetic.star_graph import StarGraphTask
 
 # Imported on first use (PEP 562): the DataModule loads Lightning; the configs above stay light.
 _LAZY = ("SyntheticDataModule", "generate_examples", "pack_examples")
@@ -29,6 +29,5 @@ __all__ = [
     "TASKS",
     "generate_examples",
     "pack_examples",
-    "parse_star_graph",
     "validate_synthetic_config",
 ]

@@ -1,6 +1,6 @@
 """The `data` group of a synthetic task: the fields every task shares (`SyntheticConfig`), the task
 registry (`TASKS`) and their checks. Light to import, so the config schemas Hydra composes with
-(lab/config/schemas.py) can read it without loading the DataModules' libraries.
+(lab/config/hydra_schemas.py) can read it without loading the DataModules' libraries.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lab.data.synthetic.example import require_int
+from lab.errors import require, require_bool, require_int
 from lab.data.synthetic.induction import InductionTask
 from lab.data.synthetic.star_graph import StarGraphTask
-from lab.errors import require
 from lab.schema import check_known
 
 TASKS = {"star_graph": StarGraphTask, "induction": InductionTask}
@@ -46,13 +45,12 @@ class SyntheticConfig:
         from lab.data.packing import check_seq_len  # reads corpora: imported when a config is built
         check_seq_len(self.seq_len)
         for name, minimum in (("batch_size", 1), ("train_examples", 1), ("val_examples", 1), ("answer_examples", 0), ("num_workers", 0)):
-            require_int(getattr(self, name), f"data.{name}", minimum)
-        require_int(self.seed, "data.seed", None)
-        if self.max_val_rows is not None:
-            require_int(self.max_val_rows, "data.max_val_rows", 1)
+            require_int(getattr(self, name), f"data.{name}", least=minimum)
+        require_int(self.seed, "data.seed")
+        require_int(self.max_val_rows, "data.max_val_rows", least=1, optional=True)
         require(self.loss_on in LOSS_ON, "data.loss_on", f"unknown {self.loss_on!r}; allowed: {', '.join(LOSS_ON)}")
-        require(isinstance(self.shuffle, bool), "data.shuffle", f"must be true or false, got {self.shuffle!r}")
-        require(isinstance(self.teacherless, bool), "objective.teacherless", f"must be true or false, got {self.teacherless!r}")
+        require_bool(self.shuffle, "data.shuffle")
+        require_bool(self.teacherless, "objective.teacherless")
         require(not self.teacherless or self.loss_on == "answer", "objective.teacherless",
                 f"needs data.loss_on=answer (a teacherless model is trained on the answer only), got data.loss_on={self.loss_on}")
         length = example_tokens(self.task)

@@ -28,7 +28,7 @@ import torch
 
 from lab.data.loaders import RowsDataModule
 from lab.data.packing import COLUMNS, pack_row
-from lab.data.synthetic.config import LOSS_ON, example_tokens, validate_synthetic_config
+from lab.data.synthetic.config import LOSS_ON, validate_synthetic_config
 from lab.data.synthetic.example import Example
 from lab.data.synthetic.teacherless import teacherless_ids
 from lab.data.tokenizers import SymbolTokenizer

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, fields
 
-from lab.errors import require
+from lab.errors import require_int
 
 
 @dataclass(frozen=True)
@@ -18,12 +18,7 @@ class Example:
         return len(self.prompt) + len(self.answer)
 
 
-def require_int(value, field: str, minimum: int | None) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and (minimum is None or value >= minimum)
-    require(ok, field, f"must be an integer{'' if minimum is None else f' ≥ {minimum}'}, got {value!r}")
-
-
 def require_positive_fields(task) -> None:
     """Every field of a task is a count: an integer ≥ 1 (before the task's own bounds compare them)."""
     for field in fields(task):
-        require_int(getattr(task, field.name), f"data.{field.name}", 1)
+        require_int(getattr(task, field.name), f"data.{field.name}", least=1)

@@ -80,9 +80,3 @@ class StarGraphTask:
         return Example(prompt=tuple(prompt), answer=tuple(str(node) for node in answer), key=key)
 
 
-def parse_star_graph(prompt: list[str]) -> tuple[list[tuple[int, int]], int, int]:
-    """(edges, start, goal) read back from a prompt's symbols (the tests check answers against it)."""
-    query = prompt.index(QUERY)
-    edge_symbols = prompt[:query]
-    edges = [(int(edge_symbols[i]), int(edge_symbols[i + 1])) for i in range(0, len(edge_symbols), 3)]
-    return edges, int(prompt[query + 1]), int(prompt[query + 2])

@@ -12,11 +12,13 @@ release layouts, and `SPEC` in its `__init__`), one line in `SPECS` below (or `r
 from outside the package) and one YAML in `conf/head/` (docs/heads.md).
 """
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 from lab.errors import ConfigError
 from lab.model.heads import anticausal, causal, deepseek, identity, linear, medusa, ntp, parallel
-from lab.model.heads.base import HeadConfig, Horizon, KnownRows, MTPHead, NextTokenPath, SharedParts, Teacher, endpoint_horizon
+from lab.horizon import Horizon, KnownRows, SharedParts, Teacher, endpoint_horizon
+from lab.model.heads.base import MTPHead, NextTokenPath
+from lab.model.heads.config import HeadConfig
 from lab.model.heads.deepseek import DeepSeekConfig
 from lab.model.heads.spec import HeadSpec, InitFromReader, ReleaseLayout
 from lab.model.trunk import Block
@@ -24,26 +26,6 @@ from lab.model.trunk import Block
 SPECS = (ntp.SPEC, linear.SPEC, parallel.SPEC, causal.SPEC, anticausal.SPEC, deepseek.SPEC, identity.SPEC, medusa.SPEC)
 
 HEAD_SPECS: dict[str, HeadSpec] = {spec.name: spec for spec in SPECS}
-
-
-class ModuleView(Mapping):
-    """`HEADS`: name -> module class, a live view of `HEAD_SPECS` (the registry's earlier form)."""
-
-    def __getitem__(self, name: str) -> type[MTPHead]:
-        return HEAD_SPECS[name].module
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(HEAD_SPECS)
-
-    def __len__(self) -> int:
-        return len(HEAD_SPECS)
-
-
-HEADS: Mapping[str, type[MTPHead]] = ModuleView()
-
-# Every transformer unit of trunk and heads: what FSDP wraps and `model.compile` compiles (shipped heads;
-# `sharding_units()` includes heads registered later).
-SHARDING_UNITS: frozenset[type] = frozenset({Block}).union(*(spec.module.sharding_units for spec in SPECS))
 
 
 # Called after register_head / unregister_head: lab.config re-stores the `head` group's schema, whose
@@ -73,8 +55,9 @@ def unregister_head(name: str) -> None:
 
 
 def sharding_units() -> frozenset[type]:
-    """`SHARDING_UNITS` plus the units of heads registered since import."""
-    return SHARDING_UNITS.union(*(spec.module.sharding_units for spec in HEAD_SPECS.values()))
+    """Every transformer unit of trunk and heads (heads registered since import included): what FSDP wraps and
+    `model.compile` compiles."""
+    return frozenset({Block}).union(*(spec.module.sharding_units for spec in HEAD_SPECS.values()))
 
 
 def head_spec(name: str) -> HeadSpec:
@@ -135,7 +118,7 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 
 
 __all__ = [
-    "HEADS", "HEAD_SPECS", "SHARDING_UNITS", "DeepSeekConfig", "HeadConfig", "HeadSpec", "Horizon", "KnownRows", "MTPHead", "NextTokenPath",
+    "HEAD_SPECS", "DeepSeekConfig", "HeadConfig", "HeadSpec", "Horizon", "KnownRows", "MTPHead", "NextTokenPath",
     "ReleaseLayout", "SharedParts", "Teacher", "display_rank", "endpoint_horizon", "head_class", "head_config", "head_spec", "heads_that", "init_from_readers",
     "is_baseline", "register_head", "report_traits", "release_layouts", "sharding_units", "teacher_forced", "unregister_head",
 ]

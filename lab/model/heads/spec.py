@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.inference.proposer import HeadDrafter
-from lab.model.heads.base import HeadConfig, MTPHead
+from lab.model.heads.base import MTPHead
+from lab.model.heads.config import HeadConfig
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Anticausal heads: the farthest head runs first; horizon k uses f_k ∘ … ∘ f_K ∘ trunk."""
 
-from lab.model.heads.base import BlockStackHead
+from lab.model.heads.block_stack import BlockStackHead
 
 
 class AnticausalHead(BlockStackHead):

@@ -1,6 +1,6 @@
 """Causal heads: head k consumes head k-1's hidden output (f_k ∘ … ∘ f_1 ∘ trunk)."""
 
-from lab.model.heads.base import BlockStackHead
+from lab.model.heads.block_stack import BlockStackHead
 
 
 class CausalHead(BlockStackHead):

@@ -47,7 +47,7 @@ def family_export_refusal(config) -> str | None:
 def check_exportable(model) -> None:
     head_cfg = model.head_cfg
     require(isinstance(model.head, DeepSeekHead), "--format", f"deepseek exports head=deepseek runs; this checkpoint's head is '{head_cfg.name}'")
-    require(model.has_hf_trunk, "--format", "deepseek needs a model=hf trunk of a family with MTP layers; this run trains the harness's GPT")
+    require(model.trunk.transformers_model is not None, "--format", "deepseek needs a model=hf trunk of a family with MTP layers; this run trains the harness's GPT")
     refusal = family_export_refusal(model.trunk.hf.config.get_text_config())
     require(refusal is None, "--format", refusal or "")
     require(getattr(head_cfg, "block", "lab") == "native", "head.block",

@@ -25,9 +25,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lab.errors import ConfigError, require
+from lab.errors import ConfigError, is_int, require
 from lab.labels import chain_masks
-from lab.model.heads.base import HeadConfig, Horizon, MTPHead, head_block_flops, native_layers
+from lab.horizon import Horizon
+from lab.model.heads.base import MTPHead
+from lab.model.heads.block_stack import head_block_flops, native_layers
+from lab.model.heads.config import HeadConfig
 from lab.model.heads.deepseek.drafter import DeepSeekChain
 from lab.model.native_layers import NativeLayers
 from lab.model.trunk import AttentionContext, Block, RMSNorm
@@ -132,7 +135,7 @@ class DeepSeekHead(MTPHead):
                     "sets the steps of a self-fed rollout: it needs head.rollout=self (teacher forcing runs head.depth steps)")
             return
         steps = cfg.rollout_steps
-        require(isinstance(steps, int) and not isinstance(steps, bool) and steps >= cfg.depth, "head.rollout_steps",
+        require(is_int(steps) and steps >= cfg.depth, "head.rollout_steps",
                 f"must be an integer ≥ head.depth={cfg.depth} (each depth module runs at least once), got {steps!r}")
         require(not cfg.share_depth_weights, "head.share_depth_weights",
                 "a self-fed rollout already reuses its modules (step j runs module (j − 1) mod D + 1); set head.depth=1 for one module")

@@ -62,7 +62,7 @@ def export_medusa(checkpoint: dict, out: Path, model, io: ReleaseIO) -> str:
     from safetensors.torch import save_file
 
     require(isinstance(model.head, MedusaHead), "--format", f"medusa exports head=medusa runs; this checkpoint's head is '{model.head_cfg.name}'")
-    require(model.has_hf_trunk, "--format", "medusa needs a model=hf trunk (vLLM serves a Hugging Face base); this run trains the harness's GPT")
+    require(model.trunk.transformers_model is not None, "--format", "medusa needs a model=hf trunk (vLLM serves a Hugging Face base); this run trains the harness's GPT")
     trunk, head_cfg = model.trunk, model.head_cfg
     with io.staged_folder(out) as tmp:
         if points_at_base(model):

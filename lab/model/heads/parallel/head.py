@@ -2,7 +2,7 @@
 
 import torch
 
-from lab.model.heads.base import BlockStackHead
+from lab.model.heads.block_stack import BlockStackHead
 from lab.model.heads.parallel.stacked import StackedBlocks
 
 

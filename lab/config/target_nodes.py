@@ -12,13 +12,14 @@ that lab/config/checks.py also runs before the run folder exists.
 from __future__ import annotations
 
 import inspect
+import math
 import types
 import typing
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab.errors import ConfigError
+from lab.errors import ConfigError, is_int, is_number
 from lab.schema import check_known
 
 HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
@@ -106,10 +107,11 @@ def scalar_problem(hint: Any, value: Any) -> str | None:
 
 
 def fits(scalar: type, value: Any) -> bool:
+    """The typing rule of lab.values, where a float field may also hold ±inf (a schema's "no limit")."""
     if scalar is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return is_number(value) or (isinstance(value, float) and math.isinf(value))
     if scalar is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return is_int(value)
     return isinstance(value, scalar)
 
 

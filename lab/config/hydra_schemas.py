@@ -14,12 +14,12 @@ builder types the group once (`lab.schema.typed`), which runs the same checks a 
   the builder then types the group with the config class of the head `head.name` names
   (`lab.model.heads.head_config`), which refuses another head's option set to a value.
   It is re-stored whenever `register_head` adds an architecture.
-- One schema per option, `<group>/<option>_schema`, where the fields depend on the option: `model=hf`
-  (`HFModelConfig` + `compile`), `weights` (each schedule of the registry `WEIGHT_SCHEDULES`, its options
+- One schema per option, `<group>/<option>_schema`, where the fields depend on the option: `model=<trunk family>`
+  (its config class, e.g. `HFModelConfig`, + `compile`), `weights` (each schedule of the registry `WEIGHT_SCHEDULES`, its options
   without K, which comes from the head) and `data` (`corpus_schema`: `DataConfig`, every text source;
   `<task>_schema`: `SyntheticConfig` + the task's fields, each task of the registry `TASKS`).
 - `trainer`, `callbacks`, `logger` are `_target_` nodes Hydra instantiates: their schema is the target
-  class's constructor signature, which lab/config/targets.py checks each node against before a run.
+  class's constructor signature, which lab/config/target_nodes.py checks each node against before a run.
 - Not objects: `hydra` and `hparams_search` (Hydra's own settings), `experiment` and `debug` (presets
   that set other groups' fields).
 """
@@ -36,7 +36,8 @@ from hydra.core.config_store import ConfigStore
 from lab.data.config import DataConfig
 from lab.data.synthetic.config import TASKS, SyntheticConfig
 from lab.model.heads import HEAD_SPECS, REGISTRY_LISTENERS, HeadConfig
-from lab.model.hf_trunk import HFModelConfig
+from lab.model import trunks  # noqa: F401  (registers the shipped trunk families)
+from lab.model.trunk_spec import DEFAULT_TRUNK, TRUNK_LISTENERS, TRUNK_SPECS
 from lab.model.lora import LORA_DEFAULTS
 from lab.model.trunk import ModelConfig
 from lab.objective.objective import ReductionConfig, ScheduleConfig
@@ -61,13 +62,6 @@ class PathsGroup:
     cache_dir: str = "${oc.env:MTP_LAB_CACHE,${oc.env:HOME}/.cache/mtp-lab}"  # tokenised corpora, hidden-state caches, GGUF folders
 
 
-@dataclass
-class HFModelGroup(HFModelConfig):
-    """`model=hf`: the Hugging Face model (`HFModelConfig`) plus `compile`, as the `model` group has it."""
-
-    compile: bool = False
-
-
 GROUP_SCHEMAS: dict[str, type] = {
     "model": ModelGroup, "optim": OptimConfig, "reduction": ReductionConfig, "schedule": ScheduleConfig, "paths": PathsGroup,
     "train_rows": TrainRowsConfig,
@@ -76,7 +70,11 @@ GROUP_SCHEMAS: dict[str, type] = {
 
 def option_schemas() -> dict[tuple[str, str], list[tuple[str, Any, dataclasses.Field]]]:
     """(group, schema name) → fields, for the groups whose fields depend on the option."""
-    schemas = {("model", "hf_schema"): fields_of(HFModelGroup), ("data", "corpus_schema"): fields_of(DataConfig)}
+    schemas = {("data", "corpus_schema"): fields_of(DataConfig)}
+    compile_field = ("compile", bool, dataclasses.field(default=False))  # how to run the network, as the `model` group has it
+    for name, spec in TRUNK_SPECS.items():  # `model=<family>`: its typed config plus `compile` (the GPT is the group's own schema)
+        if name != DEFAULT_TRUNK:
+            schemas["model", f"{name}_schema"] = [entry for entry in fields_of(spec.config) if entry[0] != "compile"] + [compile_field]
     common = [entry for entry in fields_of(SyntheticConfig) if entry[0] not in ("source", "task")]
     for source, task in TASKS.items():
         schemas["data", f"{source}_schema"] = [("source", str, dataclasses.field(default=source)), *fields_of(task), *common]
@@ -143,3 +141,4 @@ def register_head_schema() -> None:
 
 
 REGISTRY_LISTENERS.append(register_head_schema)
+TRUNK_LISTENERS.append(register_schemas)

@@ -28,6 +28,7 @@ from lab.config.checks import check_config
 from lab.tracking.console import current_wandb_run, quiet_csv_overwrite, quiet_known_noise, summary_line
 from lab.tracking.csv_history import keep_csv_history
 from lab.errors import ConfigError, RunInterrupted
+from lab.config.plugins import load_plugins
 from lab.config.preflight import experiment_listing, preflight
 from lab.config.resolvers import register_resolvers
 from lab.run.attempts import begin_attempt, close_attempt, failure_reason, final_value, nothing_left
@@ -265,6 +266,7 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
 def run(cfg: DictConfig) -> float | None:
     quiet_environment()  # also in launcher worker processes, which never run main()
     register_resolvers()  # a joblib worker process imports this module afresh
+    load_plugins()  # so does the registry: the trunk families and heads of installed plugins register again
     stop_when_orphaned()  # a joblib worker whose launcher was killed stops instead of training on
     with running_job():
         return run_job(cfg)
@@ -365,6 +367,7 @@ def start() -> None:
         print(experiment_listing(Path(CONF_DIR)))
         sys.exit(0)
     try:
+        load_plugins()  # trunk families and heads from installed packages (lab/config/plugins.py), before the checks
         preflight(argv, Path(CONF_DIR))
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -1,14 +1,15 @@
 """A new head architecture is one spec, one registry line and one YAML (docs/heads.md, "Adding an architecture").
 
-The toy architecture below is defined here, outside lab/: horizon 1 is the trunk state itself, horizon
-k ≥ 2 the trunk state times a learned per-horizon gain vector `gains.{k-2}`, with an option of its own
-(`init_gain`); it drafts with the shared independent drafter and declares a release layout of its own
-("toy": the whole model as one safetensors file beside a config.json). It is registered with
-`register_head` (removed after each test) and, in the first test, its YAML sits in a temporary config
-folder on Hydra's search path. Nothing else in the harness is told about it: it trains (the real config
-composed by Hydra, a real Trainer), decodes exactly (speculative greedy == plain greedy), goes through
-`lab-export --format toy` and back through `lab-generate`'s loader and `init_from`, and its checkpoints carry its
-manifest, resume bitwise and export as next-token and keep-heads releases.
+The toy architecture below is defined here, outside lab/: horizon 1 is the trunk state itself, horizon k ≥ 2
+the trunk state times a learned per-horizon gain vector `gains.{k-2}`, with an option of its own
+(`init_gain`); its whole computation is one rows function (`horizon_rows`); it drafts with the shared
+independent drafter and declares a release layout of its own ("toy": the whole model as one safetensors file
+beside a config.json). It is registered with `register_head` (removed after each test) and, in the first test,
+its YAML sits in a temporary config folder on Hydra's search path. Nothing else in the harness is told about
+it: it trains (the real config composed by Hydra, a real Trainer), decodes exactly (speculative greedy ==
+plain greedy), goes through `lab-export --format toy` and back through `lab-generate`'s loader and
+`init_from`, and its checkpoints carry its manifest, resume bitwise and export as next-token and keep-heads
+releases.
 """
 
 from __future__ import annotations
@@ -73,16 +74,11 @@ class ToyHead(MTPHead):
         super().__init__(cfg, model_cfg)
         self.gains = nn.ParameterList(nn.Parameter(torch.full((model_cfg.d_model,), cfg.init_gain)) for _ in range(cfg.k - 1))
 
-    def rows(self, k: int, trunk_hidden: torch.Tensor) -> torch.Tensor:
-        return trunk_hidden if k == 1 else trunk_hidden * self.gains[k - 2]  # [B, S, d]
-
-    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
-        return [self.endpoint(k, self.rows(k, trunk_hidden if k == 1 else self.extra_horizon_input(trunk_hidden)), batch, shared)
-                for k in range(1, self.horizons_to_run(n_horizons) + 1)]
-
-    def horizon_rows(self, trunk_hidden, ctx_for):
-        for k in range(1, self.k + 1):
-            yield self.rows(k, trunk_hidden)  # [B, S, d]
+    def horizon_rows(self, trunk_hidden, ctx_for, extra=None):
+        """Its one computation: training (`MTPHead.forward`) and decoding both read it."""
+        yield trunk_hidden  # [B, S, d]: horizon 1
+        for gain in self.gains:
+            yield (trunk_hidden if extra is None else extra) * gain  # [B, S, d]: horizons 2..K
 
 
 def export_toy(checkpoint: dict, out: Path, model, io) -> str:

@@ -1,7 +1,7 @@
 """A new trunk family is one module (config, trunk, spec), one registry line and one YAML (docs/trunks.md,
 "Adding a trunk family").
 
-The toy family below is defined here, outside lab/: the harness's GPT with its token embeddings scaled by a
+The toy family (tests/toy_trunk.py) is defined outside lab/: the harness's GPT with its token embeddings scaled by a
 learned scalar before the first block (`embed_gain`, an option of its own). It is registered with
 `register_trunk` (removed after each test) and its YAML sits in a temporary config folder on Hydra's search
 path. Nothing else in the harness is told about it: the real config composes `model=scaled head=parallel`, a real
@@ -10,63 +10,14 @@ Trainer trains it, and the registry-built checks (tests/test_trunk_registry.py) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
-import torch
-import torch.nn as nn
 
-from lab.errors import require
-from lab.model.trunk import ModelConfig, Trunk
-from lab.model.trunk_spec import TRUNK_SPECS, TrunkSpec, register_trunk, unregister_trunk
-from lab.model.trunks import check_head_on_gpt, gpt_vocab_size, trunk_layers
+from lab.model.trunk_spec import TRUNK_SPECS, register_trunk, unregister_trunk
 from tests.fit_helpers import compose_cfg, fit, searchpath_with
 from tests.test_trunk_registry import check_family
+from tests.toy_trunk import SCALED, SCALED_YAML, ScaledTrunk
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-SCALED_YAML = """\
-# `model=scaled`: the test's own trunk family (tests/test_toy_trunk.py)
-defaults:
-  - scaled_schema
-  - _self_
-name: scaled
-d_model: 32
-n_layers: 6
-n_heads: 2
-embed_gain: 2.0
-"""
-
-
-@dataclass
-class ScaledConfig(ModelConfig):
-    name: str = "scaled"
-    embed_gain: float = 1.0  # the learned scale's starting value
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(self.embed_gain > 0, "model.embed_gain", f"must be > 0, got {self.embed_gain}")
-
-
-class ScaledTrunk(Trunk):
-    """The GPT with its token embeddings times a learned scalar before the first block."""
-
-    def __init__(self, cfg: ScaledConfig, n_layers: int | None = None):
-        super().__init__(cfg, n_layers)
-        self.embed_gain = nn.Parameter(torch.tensor(float(cfg.embed_gain)))
-
-    def forward(self, tokens, ctx):
-        x = self.embed(tokens) * self.embed_gain  # [B, S, d]
-        for block in self.blocks:
-            x = block(x, ctx)
-        return x  # [B, S, d], before the final norm
-
-
-SCALED = TrunkSpec(
-    name="scaled", config=ScaledConfig, build=lambda cfg, head_cfg: ScaledTrunk(cfg, trunk_layers(cfg, head_cfg)),
-    check_head=check_head_on_gpt, preflight=lambda cfg, head_cfg: trunk_layers(cfg, head_cfg) and None, fill_vocab_size=gpt_vocab_size,
-    example={"name": "scaled", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 2, "embed_gain": 0.5},
-)
 
 
 @pytest.fixture

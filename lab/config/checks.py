@@ -19,16 +19,22 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-t
 GPU_ACCELERATORS = ("gpu", "cuda")
 
 
-def available_options(conf_dir: Path, group: str) -> list[str]:
-    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+def available_options(conf_dir: Path, group: str, search_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """The options of `group`: conf/<group>/*.yaml, the same in the folders a `hydra.searchpath` adds, and the entries
+    a plugin stored in Hydra's ConfigStore (the `*schema` nodes are the harness's own typing, not options)."""
+    from hydra.core.config_store import ConfigStore
+
+    files = {p.stem for folder in (conf_dir, *search_dirs) for p in (folder / group).glob("*.yaml")}
+    stored = {name.removesuffix(".yaml") for name in ConfigStore.instance().repo.get(group, {}) if name.endswith(".yaml")}
+    return sorted(files | {name for name in stored if not name.endswith("schema")})
 
 
 OPTIONAL_GROUPS = ("experiment", "hparams_search", "debug")  # default null in conf/train.yaml
 
 
-def check_group_choice(key: str, choices: list[str], conf_dir: Path) -> None:
-    """Each choice of group `key` names a conf/<key>/<choice>.yaml (null only for optional groups)."""
-    options = available_options(conf_dir, key)
+def check_group_choice(key: str, choices: list[str], conf_dir: Path, search_dirs: tuple[Path, ...] = ()) -> None:
+    """Each choice of group `key` names one of its options (`available_options`; null only for optional groups)."""
+    options = available_options(conf_dir, key, search_dirs)
     for choice in choices:
         if choice in ("", "null"):
             if key in OPTIONAL_GROUPS:

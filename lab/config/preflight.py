@@ -160,12 +160,20 @@ def refuse_new_top_level_key(key: str, known: list[str]) -> None:
                            "settings live in their groups (lab-train --help lists them)")
 
 
+def search_folders(searchpath) -> tuple[Path, ...]:
+    """The local folders of `hydra.searchpath=[file:///…, …]` overrides (a `pkg://` entry is Hydra's to read)."""
+    entries = [str(entry) for override in searchpath for entry in (override.value() or [])]
+    return tuple(Path(entry.removeprefix("file://")) for entry in entries if entry.startswith("file://"))
+
+
 def preflight(argv: list[str], conf_dir: Path) -> DictConfig | None:
     """Check every override; return the composed config (first value of every sweep), or None
     when flags other than -m are given (help, --cfg, shell completion: Hydra answers those)."""
     if any(a.startswith("-") and a not in FLAGS_WITHOUT_CHECKS for a in argv):
         return None
     overrides = parse(argv)
+    searchpath = [o for o in overrides if o.key_or_group == "hydra.searchpath"]  # a user's config folders beside conf/
+    search_dirs = search_folders(searchpath)
     groups, values = [], []
     for override in overrides:
         key = override.key_or_group
@@ -174,11 +182,12 @@ def preflight(argv: list[str], conf_dir: Path) -> DictConfig | None:
         if is_group_key(key, conf_dir) and not override.is_delete():
             choices = [str(v) if v is not None else "null" for v in values_of(override)] or ["null"]
             if "/" not in key:
-                check_group_choice(key, choices, conf_dir)
+                check_group_choice(key, choices, conf_dir, search_dirs)
             groups.append((override, choices))
         else:
             values.append(override)
-    group_args = [f"{o.get_key_element()}={choices[0]}" for o, choices in groups if choices[0] not in ("null", "None", "")]
+    group_args = [o.input_line for o in searchpath]
+    group_args += [f"{o.get_key_element()}={choices[0]}" for o, choices in groups if choices[0] not in ("null", "None", "")]
     base = compose(conf_dir, group_args)
     for override in values:
         check_value_override(override, base, conf_dir)

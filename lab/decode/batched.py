@@ -21,7 +21,7 @@ import torch
 from lab.errors import require
 from lab.inference.cache import StackCache
 from lab.inference.hf_cache import HFTrunkCache
-from lab.inference.ledger import acceptance_conventions
+from lab.inference.ledger import acceptance_conventions, count_round, round_counters
 from lab.inference.sampling import TokenChooser
 from lab.inference.target import TRUNK
 from lab.model.trunk import AttentionContext, rotary_angles
@@ -190,10 +190,11 @@ def row_stats(out: list[int], shared: dict) -> dict:
     """One request's stats in the single-request schema; forwards, times and cache bytes are the batch's (shared)."""
     rounds = max(len(out) - 1, 0)  # plain decoding: one token per forward after the prefill's
     elapsed = shared["total_time_s"]
+    counters = round_counters(0)
+    for i in range(rounds):
+        count_round(counters, proposed=0, accepted=0, emitted=1, stopped=i == rounds - 1)
     return {
-        **shared, "rounds": rounds, "emitted": len(out), "fallbacks": 0, "proposed_by_position": [], "accepted_by_position": [],
-        "emitted_by_round": [1] * rounds, "proposed_by_round": [0] * rounds, "accepted_by_round": [0] * rounds,
-        "stopped_by_round": [i == rounds - 1 for i in range(rounds)], "draft_time_s": 0.0, "verify_time_s": elapsed - shared["prefill_time_s"],
+        **shared, **counters, "emitted": len(out), "draft_time_s": 0.0, "verify_time_s": elapsed - shared["prefill_time_s"],
         "tokens_per_s": len(out) / elapsed if elapsed > 0 else float("nan"),
         "tokens_per_forward": len(out) / shared["target_forwards"] if shared["target_forwards"] else float("nan"),
         **acceptance_conventions([0] * rounds, [0] * rounds, 0),

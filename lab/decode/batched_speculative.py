@@ -22,9 +22,9 @@ import torch
 from lab.decode.batched import BatchedCaches, batched_rows, left_padded
 from lab.errors import ConfigError
 from lab.inference.acceptance import select
-from lab.inference.ledger import acceptance_conventions, record_round, settle_paths
+from lab.inference.ledger import acceptance_conventions, count_round, record_round, round_counters, settle_paths
 from lab.inference.sampling import TokenChooser
-from lab.model.draft_vocab import scatter_to_vocab
+from lab.model.heads.independent_drafter import DraftProjection
 
 
 def check_batched_speculative(model, draft_steps: int | None) -> int:
@@ -40,50 +40,10 @@ def check_batched_speculative(model, draft_steps: int | None) -> int:
 
 def draft_logits_at(project, horizons: list[torch.Tensor], slot: torch.Tensor) -> torch.Tensor:
     """Horizons 2..K's logits at each row's slot: horizons K × [B, n, d], slot [B] -> [B, K-1, V];
-    `project` is the request's `draft_projection`."""
+    `project` is the batch's DraftProjection (lab/model/heads/independent_drafter.py), the one single requests use."""
     rows = torch.arange(slot.shape[0], device=slot.device)  # [B]
     draft_rows = torch.stack([h[rows, slot] for h in horizons[1:]])  # [K-1, B, d]
     return project(draft_rows).transpose(0, 1)  # [B, K-1, V]
-
-
-def draft_projection(model):
-    """f([K-1, B, d] rows of horizons 2..K) -> [K-1, B, V] logits, every horizon in one projection call
-    (one matmul on a shared unembedding, one bmm on replicated ones; the draft vocabulary's rows only when set).
-    The weights are stacked (and sliced) once, when the batch starts."""
-    shared, ids = model.shared_parts(), model.draft_ids
-    vocab = shared.unembedding.shape[0]
-    same = all(model.head.projection(k, shared) is shared.unembedding for k in range(2, model.k + 1))
-    with torch.no_grad():
-        weights = torch.stack([model.head.projection(k, shared) for k in range(2, 3 if same else model.k + 1)])  # [1 or K-1, V, d]
-        if ids is not None:
-            weights = weights[:, ids]  # [1 or K-1, N, d]
-
-    def project(rows: torch.Tensor) -> torch.Tensor:
-        normed = model.trunk.final_norm(rows)  # [K-1, B, d]
-        logits = normed @ weights[0].T if same else torch.bmm(normed, weights.transpose(1, 2))  # [K-1, B, V or N]
-        return logits if ids is None else scatter_to_vocab(logits, ids, vocab)  # [K-1, B, V]
-
-    return project
-
-
-class RowStats:
-    """One request's counters in the single-request schema."""
-
-    def __init__(self, max_drafts: int):
-        self.stats = {
-            "target_forwards": 1, "rounds": 0, "fallbacks": 0, "proposed_by_position": [0] * max_drafts, "accepted_by_position": [0] * max_drafts,
-            "emitted_by_round": [], "proposed_by_round": [], "accepted_by_round": [], "stopped_by_round": [],
-        }
-
-    def round(self, proposed: int, accepted: int, emitted: int, stopped: bool) -> None:
-        s = self.stats
-        s["target_forwards"] += 1
-        s["rounds"] += 1
-        for j in range(proposed):
-            s["proposed_by_position"][j] += 1
-            s["accepted_by_position"][j] += int(j < accepted)
-        s["emitted_by_round"].append(emitted), s["proposed_by_round"].append(proposed), s["accepted_by_round"].append(accepted)
-        s["stopped_by_round"].append(stopped)
 
 
 def speculative_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choosers: list[TokenChooser], eos: int | None,
@@ -92,9 +52,9 @@ def speculative_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choos
     device = next(model.parameters()).device
     ids, prompt_valid = left_padded(rows, device)  # [B, P] each
     caches = BatchedCaches(model, len(rows), device)
-    project = draft_projection(model)
+    project = DraftProjection(model)
     outputs: list[list[int]] = [[] for _ in rows]
-    counters = [RowStats(max_drafts) for _ in rows]
+    counters = [round_counters(max_drafts, target_forwards=1) for _ in rows]  # the prefill is the first forward
     done = lambda out: len(out) == max_new_tokens or (bool(out) and out[-1] == eos)  # noqa: E731
     begin = time.perf_counter()
     prefill_s = verify_s = 0.0
@@ -114,8 +74,7 @@ def speculative_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choos
     elapsed = time.perf_counter() - begin
     batch_tokens = sum(map(len, outputs))
     results = []
-    for out, counter in zip(outputs, counters):
-        s = counter.stats
+    for out, s in zip(outputs, counters):
         settle_paths(s, out, max_drafts)
         s.update(
             emitted=len(out), prefill_time_s=prefill_s, draft_time_s=0.0, verify_time_s=verify_s, total_time_s=elapsed,
@@ -151,9 +110,10 @@ def one_round(model, project, caches, outputs, drafting, choosers, counters, max
         if eos in new:
             new = new[: new.index(eos) + 1]  # an accepted EOS ends the output (no bonus)
         if counts[b]:
-            record_round(counters[b].stats, len(out) - 1, drafts[b], accepted[b])
+            record_round(counters[b], len(out) - 1, drafts[b], accepted[b])
         out += new
-        counters[b].round(counts[b], accepted[b], len(new), len(new) == remaining or new[-1] == eos)
+        counters[b]["target_forwards"] += 1
+        count_round(counters[b], counts[b], accepted[b], len(new), len(new) == remaining or new[-1] == eos)
     kept = torch.tensor(accepted, device=device)  # [B] drafts kept after each row's frontier
     caches.advance(torch.arange(width + 1, device=device)[None] <= kept[:, None])  # [B, 1+m]: frontier + accepted drafts
     return draft_logits_at(project, horizons, kept)  # [B, K-1, V] at each row's last kept slot

@@ -30,7 +30,7 @@ from lab.decode.proposers import build_proposer
 from lab.decode.request import Generation, check_request
 from lab.errors import ConfigError, require
 from lab.inference.acceptance import accept_tree
-from lab.inference.ledger import acceptance_conventions, record_round, settle_paths
+from lab.inference.ledger import acceptance_conventions, count_round, record_round, round_counters, settle_paths
 from lab.inference.sampling import TokenChooser
 from lab.inference.target import CachedModel
 from lab.inference.tree import tree_shape
@@ -129,10 +129,7 @@ class Decoder:
                 "speculative", f"head '{model.head_cfg.name}' with K={model.k} has no draft heads; use a K ≥ 2 head, prompt lookup (ngram) or speculative=False"
             )
         self.stats = {
-            "target_forwards": 0, "rounds": 0, "emitted": 0, "fallbacks": 0,
-            "proposed_by_position": [0] * (self.proposer.max_drafts if self.proposer else 0),
-            "accepted_by_position": [0] * (self.proposer.max_drafts if self.proposer else 0),
-            "emitted_by_round": [], "proposed_by_round": [], "accepted_by_round": [], "stopped_by_round": [],
+            **round_counters(self.proposer.max_drafts if self.proposer else 0),
             "prefill_time_s": 0.0, "draft_time_s": 0.0, "verify_time_s": 0.0,
             "tree_nodes": 0,  # draft nodes verified, all rounds
             "lookup_nodes": 0, "lookup_accepted": 0,  # of them proposed by prompt lookup (point masses), and accepted
@@ -236,14 +233,8 @@ class Decoder:
         if self.eos in new:
             new = new[: new.index(self.eos) + 1]  # an accepted EOS ends the output (no bonus)
         out += new
-        s = self.stats
-        s["rounds"] += 1
-        s["tree_nodes"] += nodes
-        for j in range(m):
-            s["proposed_by_position"][j] += 1
-            s["accepted_by_position"][j] += int(j < len(accepted))
-        s["emitted_by_round"].append(len(new)), s["proposed_by_round"].append(m), s["accepted_by_round"].append(len(accepted))
-        s["stopped_by_round"].append(len(new) == remaining or new[-1] == self.eos)
+        self.stats["tree_nodes"] += nodes
+        count_round(self.stats, m, len(accepted), len(new), len(new) == remaining or new[-1] == self.eos)
         return following
 
 

@@ -50,6 +50,25 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def round_counters(max_drafts: int, target_forwards: int = 0) -> dict:
+    """The counters every decoder keeps per request (single, batched plain, batched speculative), in the schema
+    `Generation.stats` and this ledger read; a decoder adds what else it measures (times, trees, lookup)."""
+    return {"target_forwards": target_forwards, "rounds": 0, "emitted": 0, "fallbacks": 0,
+            "proposed_by_position": [0] * max_drafts, "accepted_by_position": [0] * max_drafts,
+            "emitted_by_round": [], "proposed_by_round": [], "accepted_by_round": [], "stopped_by_round": []}
+
+
+def count_round(stats: dict, proposed: int, accepted: int, emitted: int, stopped: bool) -> None:
+    """One round into `round_counters`: `proposed` drafts offered, the first `accepted` of them kept, `emitted` tokens
+    published, `stopped` when the request ended with it (EOS or its budget)."""
+    stats["rounds"] += 1
+    for j in range(proposed):
+        stats["proposed_by_position"][j] += 1
+        stats["accepted_by_position"][j] += int(j < accepted)
+    stats["emitted_by_round"].append(emitted), stats["proposed_by_round"].append(proposed), stats["accepted_by_round"].append(accepted)
+    stats["stopped_by_round"].append(stopped)
+
+
 def decode_rate(stats: dict) -> float:
     """Tokens per second after prefill (the first token is the prefill's)."""
     seconds = stats["total_time_s"] - stats["prefill_time_s"]

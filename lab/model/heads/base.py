@@ -134,13 +134,15 @@ class MTPHead(nn.Module):
         return []
 
     # ---- decoding (lab.decode): rows of every position, no labels, no detaching ------
-    def horizon_rows(self, trunk_hidden: torch.Tensor, ctx_for) -> Iterator[torch.Tensor]:
-        """Rows before the final norm for horizons 1, 2, … (all S positions), produced lazily.
+    def horizon_rows(self, trunk_hidden: torch.Tensor, ctx_for, extra: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
+        """The head's one computation: rows before the final norm for horizons 1, 2, … (all S positions), lazily.
 
-        `ctx_for(key)` returns the attention context of the block stack named `key`
-        (("stack", i) for `stacks[i]`); decoding gives each stack its own KV cache that
-        way. A caller that needs horizon 1 only stops after the first row set, so block
-        stacks of horizons ≥ 2 never run. Heads without independent drafts yield horizon 1 only.
+        Training (`forward`) and decoding both read it. `ctx_for(key)` returns the attention context of the
+        block stack named `key` (("stack", i) for `stacks[i]`): decoding gives each stack its own KV cache that
+        way, training one context for all. `extra`: the trunk state horizons ≥ 2 start from in training
+        (`extra_horizon_input`: detached when the trunk gets no MTP gradient); None in decoding (the trunk
+        state itself). A caller that needs horizon 1 only stops after the first row set, so stacks of
+        horizons ≥ 2 never run. The next-token baseline yields horizon 1 only.
         """
         yield trunk_hidden  # [B, S, d]
 
@@ -193,5 +195,7 @@ class MTPHead(nn.Module):
 
     def forward(self, trunk_hidden: torch.Tensor, batch: dict, ctx: AttentionContext, shared: SharedParts,
                 n_horizons: int | None = None) -> list[Horizon]:
-        """Horizons 1..n (`horizons_to_run(n_horizons)`), each a `Horizon`."""
-        raise NotImplementedError
+        """Horizons 1..n (`horizons_to_run(n_horizons)`), each a `Horizon`, from `horizon_rows` (zip stops before
+        the rows of horizon n + 1 are computed)."""
+        rows = self.horizon_rows(trunk_hidden, lambda key: ctx, self.extra_horizon_input(trunk_hidden))
+        return [self.endpoint(k, r, batch, shared) for k, r in zip(range(1, self.horizons_to_run(n_horizons) + 1), rows)]

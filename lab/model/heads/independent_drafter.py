@@ -24,6 +24,39 @@ from lab.inference.tree import ProposalBuffer, TreeShape, build_buffer, ranked_c
 from lab.model.draft_vocab import draft_rows_of, logits_on_rows, scatter_to_vocab
 
 
+class DraftProjection:
+    """Rows of draft horizons 2..K -> their logits over the whole vocabulary, every horizon in one projection call.
+
+    The weights are taken once per request or batch: the replicated projections stacked ([K-1, V, d]), and under a
+    draft vocabulary cut to its N rows (a gather of N × d numbers, too large to repeat every round on a 49k
+    vocabulary). One request projects [G, d] rows at one position (G = K-1, or 1 when every draft horizon reads the
+    same rows); a batch projects [K-1, B, d], each row at its own slot (lab/decode/batched_speculative.py).
+    """
+
+    def __init__(self, model):
+        self.final_norm, self.horizons = model.trunk.final_norm, model.k - 1
+        self.draft_ids, self.vocab_size = model.draft_ids, model.trunk.unembedding.shape[0]  # [N] or None: all V
+        self.replicated = None  # [K-1, V or N, d]: each head says which projection serves horizon k (medusa keeps the trunk's for k = 1)
+        if model.head.projections is not None:
+            shared = model.shared_parts()
+            self.replicated = torch.stack([model.head.projection(k, shared).detach() for k in range(2, model.k + 1)])  # [K-1, V, d]
+            if self.draft_ids is not None:
+                self.replicated = self.replicated[:, self.draft_ids]  # [K-1, N, d]
+        self.shared = draft_rows_of(model.trunk.unembedding.detach(), self.draft_ids)  # [V or N, d]
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        """[G, d] -> [K-1, V] (one request) or [K-1, B, d] -> [K-1, B, V] (a batch)."""
+        normed = self.final_norm(rows)  # [G, d] or [K-1, B, d]
+        if normed.dim() == 3:  # a batch: one matmul on the shared unembedding, one bmm on replicated ones
+            weights = self.shared.T if self.replicated is None else self.replicated.transpose(1, 2)  # [d, N] or [K-1, d, N]
+            logits = normed @ weights if self.replicated is None else torch.bmm(normed, weights)  # [K-1, B, V or N]
+        elif self.replicated is None:  # G = 1 (identity rows) or K-1 rows, one shared projection
+            return logits_on_rows(normed, self.shared, self.draft_ids, self.vocab_size).expand(self.horizons, -1)  # [K-1, V]
+        else:
+            logits = torch.bmm(self.replicated, normed.expand(self.horizons, -1)[..., None])[..., 0]  # [K-1, V or N]
+        return logits if self.draft_ids is None else scatter_to_vocab(logits, self.draft_ids, self.vocab_size)  # [..., V]
+
+
 class IndependentHeads:
     """The drafter of heads whose horizons 2..K read the target pass's rows (`MTPHead.horizon_rows`)."""
 
@@ -37,26 +70,11 @@ class IndependentHeads:
         self.max_drafts = heads if draft_steps is None else draft_steps
         self.tree = tree
         self.drafter = self.head.decode_drafter()  # one batched forward of the draft stacks (built once per request)
-        self.projections = None  # [K-1, V, d] replicated draft projections ([K-1, N, d] under a draft vocabulary), one bmm
-        if self.head.projections is not None:  # each head says which projection serves horizon k (medusa keeps the trunk's for k = 1)
-            shared = self.model.shared_parts()
-            self.projections = torch.stack([self.head.projection(k, shared).detach() for k in range(2, self.model.k + 1)])
+        self.draft_logits = DraftProjection(self.model)  # [G, d] draft rows at one position -> [K-1, V]
         self.draft_ids, self.vocab_size = self.model.draft_ids, self.model.trunk.unembedding.shape[0]  # [N] or None: all V
-        if self.projections is not None and self.draft_ids is not None:
-            self.projections = self.projections[:, self.draft_ids]  # [K-1, N, d]: sliced once per request, not per round
-        # the shared unembedding's draft rows, also sliced once per request (a [N, d] gather is a large copy on a 49k vocabulary)
-        self.shared_projection = draft_rows_of(self.model.trunk.unembedding.detach(), self.draft_ids)  # [V or N, d]
         self.next_logits: torch.Tensor | None = None  # [K-1, V] horizons 2..K at the last committed row
         self.identity, self.vocab = head_identity(self.model), vocab_identity(self.model)
         self.draft_blocks_s = 0.0
-
-    def draft_logits(self, rows: torch.Tensor) -> torch.Tensor:
-        """[G, d] draft rows at one position -> [K-1, V] logits, every horizon in one projection call."""
-        normed = self.model.trunk.final_norm(rows)  # [G, d]
-        if self.projections is None:  # G = 1 (identity rows) or K-1 rows, one shared projection
-            return logits_on_rows(normed, self.shared_projection, self.draft_ids, self.vocab_size).expand(self.model.k - 1, -1)  # [K-1, V]
-        logits = torch.bmm(self.projections, normed.expand(self.model.k - 1, -1)[..., None])[..., 0]  # [K-1, V or N]
-        return logits if self.draft_ids is None else scatter_to_vocab(logits, self.draft_ids, self.vocab_size)  # [K-1, V]
 
     def after_verify(self, target_pass, rows: list[int]) -> None:
         last = rows[-1]  # the last row the target commits

@@ -12,30 +12,22 @@ class AnticausalHead(BlockStackHead):
         # detached: horizons ≥ 2 run f_K … f_2 again on the detached trunk state
         return (self.k - 1) * self.cfg.n_layers if self.cfg.trunk_grad == "detached" else 0
 
-    def _chain(self, source, ctx, down_to: int) -> dict:
+    def _chain(self, source, ctx_for, down_to: int) -> dict:
         """Rows of horizons K .. down_to, each the previous one pushed through its own stack."""
         rows, out = source, {}
         for k in range(self.k, down_to - 1, -1):
-            rows = self.stacks[k - 1](rows, ctx)  # [B, S, d]: f_k ∘ … ∘ f_K
+            rows = self.stacks[k - 1](rows, ctx_for(("stack", k - 1)))  # [B, S, d]: f_k ∘ … ∘ f_K
             out[k] = rows
         return out
 
     def next_token_stacks(self):
         return list(range(self.k - 1, -1, -1))  # horizon 1 runs through every stack, K first
 
-    def horizon_rows(self, trunk_hidden, ctx_for):
-        rows, out = trunk_hidden, {}
-        for i in self.next_token_stacks():
-            rows = self.stacks[i](rows, ctx_for(("stack", i)))  # [B, S, d]: f_{i+1} ∘ … ∘ f_K
-            out[i + 1] = rows
-        for k in range(1, self.k + 1):
-            yield out[k]
-
-    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
+    def horizon_rows(self, trunk_hidden, ctx_for, extra=None):
         # Horizon 1 sits at the end of the whole chain, so every stack runs; a skipped horizon saves its projection only.
-        n = self.horizons_to_run(n_horizons)
-        rows = self._chain(trunk_hidden, ctx, down_to=1)
-        if self.cfg.trunk_grad == "detached" and n > 1:
-            # Horizons ≥ 2 get their own chain from a detached trunk state; horizon 1 keeps the attached one.
-            rows = {**self._chain(trunk_hidden.detach(), ctx, down_to=2), 1: rows[1]}
-        return [self.endpoint(k, rows[k], batch, shared) for k in range(1, n + 1)]
+        rows = self._chain(trunk_hidden, ctx_for, down_to=1)
+        yield rows[1]  # [B, S, d]
+        if extra is not None and self.cfg.trunk_grad == "detached":
+            rows = self._chain(extra, ctx_for, down_to=2)  # horizons ≥ 2: their own chain from the detached trunk state
+        for k in range(2, self.k + 1):
+            yield rows[k]

@@ -24,16 +24,10 @@ class IdentityHead(MTPHead):
         require(cfg.unembedding == "shared", "head.unembedding",
                 "identity heads add no parameters; allowed: shared (head=linear head.unembedding=replicated gives each horizon its own V×d)")
 
-    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
-        horizons = []
-        for k in range(1, self.horizons_to_run(n_horizons) + 1):
-            rows = trunk_hidden if k == 1 else self.extra_horizon_input(trunk_hidden)  # [B, S, d]: the trunk state itself
-            horizons.append(self.endpoint(k, rows, batch, shared))
-        return horizons
-
-    def horizon_rows(self, trunk_hidden, ctx_for):
-        for _ in range(self.k):
-            yield trunk_hidden  # [B, S, d]: every horizon reads the same rows
+    def horizon_rows(self, trunk_hidden, ctx_for, extra=None):
+        yield trunk_hidden  # [B, S, d]: horizon 1
+        for _ in range(self.k - 1):
+            yield trunk_hidden if extra is None else extra  # [B, S, d]: every horizon reads the trunk state itself
 
     def decode_drafter(self):
         return lambda trunk_hidden, rest, ctx_for: trunk_hidden  # [1, n, d]: one row set for every horizon

@@ -29,14 +29,6 @@ class LinearHead(MTPHead):
         d = model_cfg.d_model
         return 0 if self.maps is None else self.k * 2 * seq_len * d * d  # K d×d maps on every row
 
-    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
-        horizons = []
-        for k in range(1, self.horizons_to_run(n_horizons) + 1):
-            source = trunk_hidden if k == 1 else self.extra_horizon_input(trunk_hidden)  # [B, S, d]
-            rows = source if self.maps is None else self.maps[k - 1](source)  # [B, S, d]
-            horizons.append(self.endpoint(k, rows, batch, shared))
-        return horizons
-
     def next_token_path(self) -> NextTokenPath:
         path = super().next_token_path()
         if self.maps is None:
@@ -44,9 +36,10 @@ class LinearHead(MTPHead):
         # A d×d map before the shared norm is no block: the release keeps it as a K = 1 linear head.
         return dataclasses.replace(path, release_head={"name": "linear", "k": 1, "compute_match": "none"}, kept=("maps.0.weight",))
 
-    def horizon_rows(self, trunk_hidden, ctx_for):
+    def horizon_rows(self, trunk_hidden, ctx_for, extra=None):
         for k in range(1, self.k + 1):
-            yield trunk_hidden if self.maps is None else self.maps[k - 1](trunk_hidden)  # [B, S, d]
+            source = trunk_hidden if k == 1 or extra is None else extra  # [B, S, d]
+            yield source if self.maps is None else self.maps[k - 1](source)  # [B, S, d]
 
     def decode_drafter(self):
         """Maps 2..K as one batched product; replicated projections read the trunk rows themselves (G = 1)."""

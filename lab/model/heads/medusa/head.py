@@ -45,14 +45,7 @@ class MedusaHead(MTPHead):
     def next_token_path(self) -> NextTokenPath:
         return NextTokenPath()  # horizon 1 is the trunk's own projection
 
-    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
-        horizons = [self.endpoint(1, trunk_hidden, batch, shared)]
-        source = self.extra_horizon_input(trunk_hidden)  # [B, S, d]
-        for k, blocks in enumerate(self.blocks[: self.horizons_to_run(n_horizons) - 1], start=2):
-            horizons.append(self.endpoint(k, blocks(source), batch, shared))
-        return horizons
-
-    def horizon_rows(self, trunk_hidden, ctx_for):
+    def horizon_rows(self, trunk_hidden, ctx_for, extra=None):
         yield trunk_hidden  # [B, S, d]: horizon 1
         for blocks in self.blocks:
-            yield blocks(trunk_hidden)  # [B, S, d]: horizon 2, 3, …
+            yield blocks(trunk_hidden if extra is None else extra)  # [B, S, d]: horizon 2, 3, …

@@ -11,6 +11,3 @@ class NextTokenHead(MTPHead):
     def check_config(cls, cfg):
         super().check_config(cfg)
         require(cfg.k == 1, "head.k", f"the ntp head predicts one horizon; got head.k={cfg.k}")
-
-    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
-        return [self.endpoint(1, trunk_hidden, batch, shared)]

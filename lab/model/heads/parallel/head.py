@@ -9,16 +9,10 @@ from lab.model.heads.parallel.stacked import StackedBlocks
 class ParallelHead(BlockStackHead):
     drafts_read_trunk_rows = True
 
-    def forward(self, trunk_hidden, batch, ctx, shared, n_horizons=None):
-        horizons = []
-        for k, stack in enumerate(self.stacks[: self.horizons_to_run(n_horizons)], start=1):
-            source = trunk_hidden if k == 1 else self.extra_horizon_input(trunk_hidden)  # [B, S, d]
-            horizons.append(self.endpoint(k, stack(source, ctx), batch, shared))
-        return horizons
-
-    def horizon_rows(self, trunk_hidden, ctx_for):
+    def horizon_rows(self, trunk_hidden, ctx_for, extra=None):
         for i, stack in enumerate(self.stacks):
-            yield stack(trunk_hidden, ctx_for(("stack", i)))  # [B, S, d]: horizon i + 1
+            source = trunk_hidden if i == 0 or extra is None else extra  # [B, S, d]
+            yield stack(source, ctx_for(("stack", i)))  # [B, S, d]: horizon i + 1
 
     def decode_drafter(self):
         """Stacks 2..K read the same trunk rows: one batched forward over a shared cache ("drafts") with a head axis.

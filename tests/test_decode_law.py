@@ -102,6 +102,13 @@ def speculative_law(model, prompt: list[int], n: int, **options) -> tuple[dict[t
     return law, runs, rejections
 
 
+def law_case(head: str, options: dict, prompt: list[int], n: int = 3) -> tuple[dict, list, int, dict]:
+    """A drafter's case on the tiny `head` model: (its enumerated law, every run, rejections, the plain law it must equal)."""
+    model = tiny(head)
+    law, runs, rejections = speculative_law(model, prompt, n, **options)
+    return law, runs, rejections, plain_law(model, prompt, n)
+
+
 def plain_law(model, prompt: list[int], n: int, temperature: float = 1.0) -> dict[tuple, float]:
     """P(x_1..x_n) = Π softmax(logits / T)(x_i) from no-cache full forwards over prompt + x_<i."""
     return exact_law(model, prompt, n, temperature, VOCAB)

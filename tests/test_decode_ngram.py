@@ -11,7 +11,7 @@ from lab.decode.ngram import NgramIndex, PromptLookup
 from lab.errors import ConfigError
 from lab.inference.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
 from tests.helpers import build_model
-from tests.test_decode_law import assert_same_law, enumerated_law, speculative_law, tiny
+from tests.test_decode_law import assert_same_law, enumerated_law, law_case, tiny
 from tests.test_speculative import exact_law, fit_counting, model64
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
@@ -117,13 +117,11 @@ PROMPT = [2, 0, 1, 1]
 
 @pytest.mark.parametrize("case", sorted(LAW_CASES))
 def test_prompt_lookup_keeps_the_exact_sampling_law(case):
-    head, options = LAW_CASES[case]
-    model = tiny(head)
-    law, runs, rejections = speculative_law(model, PROMPT, 3, **options)
+    law, runs, rejections, plain = law_case(*LAW_CASES[case], PROMPT)
     lookup_nodes = sum(run.stats["lookup_nodes"] for run in runs)
     lookup_accepted = sum(run.stats["lookup_accepted"] for run in runs)
     assert rejections > 0 and 0 < lookup_accepted < lookup_nodes  # lookup drafts were verified, some passed and some failed
-    assert_same_law(law, exact_law(model, PROMPT, 3, 1.0, 3))
+    assert_same_law(law, plain)
 
 
 def test_a_wrong_point_mass_residual_is_caught(monkeypatch):

@@ -16,7 +16,7 @@ from lab.errors import ConfigError
 from lab.inference.ledger import ledger
 from lab.inference.tree import ProposalBuffer, TreeShape
 from tests.helpers import build_model
-from tests.test_decode_law import assert_same_law, enumerated_law, speculative_law, tiny
+from tests.test_decode_law import assert_same_law, enumerated_law, law_case, tiny
 from tests.test_decode_ngram import repeating_prompts
 from tests.test_speculative import exact_law, fit_counting, model64
 
@@ -147,14 +147,12 @@ PROMPT = [2, 0, 1, 1]
 
 @pytest.mark.parametrize("case", sorted(LAW_CASES))
 def test_each_new_drafter_keeps_the_exact_sampling_law(case):
-    head, options = LAW_CASES[case]
-    model = tiny(head)
-    law, runs, rejections = speculative_law(model, PROMPT, 3, **options)
+    law, runs, rejections, plain = law_case(*LAW_CASES[case], PROMPT)
     assert rejections > 0
     drafters = Counter(who for run in runs for who in run.stats["drafter_by_round"])
     if case.startswith("gated"):  # the gate both kept and dropped drafts over the enumeration
         assert drafters["heads"] > 0 and drafters["none"] > 0, drafters
-    assert_same_law(law, exact_law(model, PROMPT, 3, 1.0, 3))
+    assert_same_law(law, plain)
 
 
 def test_a_gate_on_the_drawn_tokens_own_probability_is_caught(monkeypatch):

@@ -85,18 +85,24 @@ def horizon_logits(model, batch) -> list[torch.Tensor]:
         return [F.linear(h.norm(h.hidden), h.weight) for h in model(batch)]  # k × [B, S-k, V]
 
 
-@pytest.mark.parametrize("family,head", [("llama", "parallel"), ("llama", "causal"), ("llama", "anticausal"),
-                                         ("llama", "deepseek"), ("qwen2", "parallel"), ("qwen2", "deepseek")])
-def test_changing_one_document_leaves_the_other_documents_head_logits_unchanged(family, head):
-    model = native_model(family, HEADS[head]).eval()
+def assert_documents_stay_apart(model, atol: float, moved_above: float, still=()) -> None:
+    """Changing a token of document A (row 0, tokens 0..5) moves A's later rows of every horizon (above `moved_above`,
+    except the horizons in `still`, whose rows A has none of after the change) and leaves document B (6..10) and
+    the other row as they were (within `atol`)."""
     batch = packed()  # row 0: document A = tokens 0..5, document B = 6..10, one pad
     changed = batch["tokens"].clone()
     changed[0, 2] = changed[0, 2] % (V - 1) + 1
     before, after = horizon_logits(model, batch), horizon_logits(model, {**batch, "tokens": changed})
     for k, (a, b) in enumerate(zip(before, after), start=1):
-        torch.testing.assert_close(b[0, 6:], a[0, 6:], atol=1e-6, rtol=0, msg=f"horizon {k}: document B moved")
-        torch.testing.assert_close(b[1], a[1], atol=1e-6, rtol=0)
-        assert (b[0, 2:6 - k] - a[0, 2:6 - k]).abs().max() > 1e-4 or k == 3, f"horizon {k}: document A did not move"
+        torch.testing.assert_close(b[0, 6:], a[0, 6:], atol=atol, rtol=0, msg=f"horizon {k}: document B moved")
+        torch.testing.assert_close(b[1], a[1], atol=atol, rtol=0)
+        assert (b[0, 2:6 - k] - a[0, 2:6 - k]).abs().max() > moved_above or k in still, f"horizon {k}: document A did not move"
+
+
+@pytest.mark.parametrize("family,head", [("llama", "parallel"), ("llama", "causal"), ("llama", "anticausal"),
+                                         ("llama", "deepseek"), ("qwen2", "parallel"), ("qwen2", "deepseek")])
+def test_changing_one_document_leaves_the_other_documents_head_logits_unchanged(family, head):
+    assert_documents_stay_apart(native_model(family, HEADS[head]).eval(), atol=1e-6, moved_above=1e-4, still=(3,))
 
 
 def one_document(tokens: list[int]) -> dict:

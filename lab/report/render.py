@@ -275,10 +275,14 @@ def forced_mark(variant: Variant, k: int) -> str:
     return " TF" if variant.teacher_forced and k >= 2 and variant.max_k >= k else ""
 
 
+def variants_having(variants: list[Variant], *metrics: str) -> list[Variant]:
+    """The variants, in report order, with a value for at least one of `metrics` (a table's rows; none: no table)."""
+    return [v for v in sorted(variants, key=order_key) if any(v.stat(name)[0] is not None for name in metrics)]
+
+
 def decoding_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
     """Live decoding (DecodingEval): the T=1 headline, both acceptance conventions, degeneracy, greedy; None when no run decoded."""
-    rows_with = [v for v in sorted(variants, key=order_key)
-                 if v.stat("decode/distinct4")[0] is not None or v.stat("decode/tokens_per_forward")[0] is not None]
+    rows_with = variants_having(variants, "decode/distinct4", "decode/tokens_per_forward")
     if not rows_with:
         return None
     positions = max(v.max_k for v in rows_with) - 1
@@ -340,7 +344,7 @@ LOSS_SPEEDUP_NOTE = ("What MTP users trade: the next-token validation loss (`val
 
 def acceptance_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
     """Training-time acceptance (lab/callbacks/acceptance.py) next to the decoding's tokens/forward; None when no run has it."""
-    rows_with = [v for v in sorted(variants, key=order_key) if v.stat("val/tau")[0] is not None or v.stat("val/accept/h2")[0] is not None]
+    rows_with = variants_having(variants, "val/tau", "val/accept/h2")
     if not rows_with:
         return None
     horizons = range(2, max(v.max_k for v in rows_with) + 1)
@@ -369,7 +373,7 @@ ACCEPTANCE_NOTE = ("Training-time acceptance, no decoding: ᾱ_k is the mean ove
 def objectives_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
     """Drafter objectives side by side (target × truncation × rollout) with what decoding measured; None when the
     sweep has one objective or nothing decoded."""
-    rows_with = [v for v in sorted(variants, key=order_key) if v.stat("decode/tokens_per_forward")[0] is not None]
+    rows_with = variants_having(variants, "decode/tokens_per_forward")
     if len({v.first.get("drafter_objective") for v in rows_with}) < 2:
         return None
     positions = max(v.max_k for v in rows_with) - 1
@@ -397,7 +401,7 @@ OBJECTIVES_NOTE = ("Drafter objectives (lab/objective/targets.py, readings.py; h
 
 def humaneval_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
     """HumanEval (lab-eval or the end-of-run callback): pass@k and the decoding speed on its prompts; None when no run has it."""
-    rows_with = [v for v in sorted(variants, key=order_key) if v.stat("eval/humaneval/pass@1")[0] is not None]
+    rows_with = variants_having(variants, "eval/humaneval/pass@1")
     if not rows_with:
         return None
     ks = sorted({int(name.rsplit("@", 1)[1]) for v in rows_with for r in v.ok for name in r["final"]
@@ -419,7 +423,7 @@ HUMANEVAL_NOTE = ("HumanEval (164 Python functions; `lab-eval RUN --task humanev
 
 def answer_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
     """Answer accuracy of a synthetic task, greedy next to teacher-forced; None when no run has it."""
-    rows_with = [v for v in sorted(variants, key=order_key) if v.stat("val/answer_exact")[0] is not None]
+    rows_with = variants_having(variants, "val/answer_exact")
     if not rows_with:
         return None
     header = ["variant", "head", "K", *[name.removeprefix("val/") for name in ANSWER_METRICS], "answers scored"]

@@ -13,7 +13,7 @@ import torch.nn as nn
 from lab.errors import require
 from lab.model.trunk import ModelConfig, Trunk
 from lab.model.trunk_spec import TrunkSpec
-from lab.model.trunks import check_head_on_gpt, gpt_vocab_size, trunk_layers
+from lab.model.trunks import check_head_on_gpt, gpt_vocab_size, preflight_gpt, trunk_layers
 
 SCALED_YAML = """\
 # `model=scaled`: the test's own trunk family (tests/test_toy_trunk.py)
@@ -54,6 +54,6 @@ class ScaledTrunk(Trunk):
 
 SCALED = TrunkSpec(
     name="scaled", config=ScaledConfig, build=lambda cfg, head_cfg: ScaledTrunk(cfg, trunk_layers(cfg, head_cfg)),
-    check_head=check_head_on_gpt, preflight=lambda cfg, head_cfg: trunk_layers(cfg, head_cfg) and None, fill_vocab_size=gpt_vocab_size,
+    check_head=check_head_on_gpt, preflight=preflight_gpt, fill_vocab_size=gpt_vocab_size,
     example={"name": "scaled", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 2, "embed_gain": 0.5},
 )

@@ -38,6 +38,11 @@ def check_head_on_gpt(model_cfg: ModelConfig, head_cfg) -> None:
             f"native builds the Hugging Face model's own decoder layer: it needs model=hf; allowed here: {', '.join(b for b in BLOCKS if b != 'native')}")
 
 
+def preflight_gpt(model_cfg: ModelConfig, head_cfg) -> None:
+    """Compute matching leaves at least one trunk block; the harness decodes every GPT it builds (no refusal)."""
+    trunk_layers(model_cfg, head_cfg)
+
+
 def gpt_vocab_size(model: dict, vocab_size: int) -> dict:
     """The GPT's vocabulary follows the tokenizer when the config leaves it null."""
     model["vocab_size"] = model.get("vocab_size") or vocab_size
@@ -49,7 +54,7 @@ GPT = TrunkSpec(
     config=ModelConfig,
     build=lambda model_cfg, head_cfg: Trunk(model_cfg, trunk_layers(model_cfg, head_cfg)),
     check_head=check_head_on_gpt,
-    preflight=lambda model_cfg, head_cfg: trunk_layers(model_cfg, head_cfg) and None,  # compute matching leaves ≥ 1 block
+    preflight=preflight_gpt,
     fill_vocab_size=gpt_vocab_size,
     example={"vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 2},
 )

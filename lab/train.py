@@ -36,7 +36,7 @@ from lab.run.guard import check_not_overwriting, check_paths, discard_new_run_di
 from lab.run.orphan import running_job, stop_when_orphaned
 from lab.run.record import INTERRUPTED, RunRecord
 from lab.run.resume_config import check_resume_config, resumes_own_checkpoint
-from lab.run.startup_signals import StartUpInterrupted, ignore_signals, start_up
+from lab.run.startup_signals import StartUpInterrupted, ignore_signals, start_up, stop_if_ctrl_c_was_swallowed
 from lab.tracking.wandb_reach import check_wandb_reachable
 from lab.tracking.wandb_status import finish_wandb, mark_wandb_run_failed
 
@@ -372,6 +372,7 @@ def start() -> None:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    stop_if_ctrl_c_was_swallowed("lab-train")  # a Ctrl-C during the imports that a library's bare `except:` caught
     hydra_main()
 
 

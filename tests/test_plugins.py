@@ -54,3 +54,39 @@ def test_a_plugin_that_fails_to_import_is_named_in_one_line(tmp_path, monkeypatc
     assert str(refused.value) == ("plugins: the plugin 'broken_plugin' (broken_plugin, entry point group mtp_lab.plugins) failed "
                                   "to import: RuntimeError: no GPU driver here")
     sys.modules.pop("broken_plugin", None)
+
+
+SWALLOWING_PLUGIN = """\
+import pathlib, time
+pathlib.Path({ready!r}).write_text("importing")
+try:  # a bare except around an optional import, as some libraries have: it catches Ctrl-C too
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+except:  # noqa: E722
+    pass
+"""
+
+
+def test_a_ctrl_c_that_an_import_swallows_still_stops_lab_train_in_one_line(tmp_path, cache_dir):
+    """A library that catches the KeyboardInterrupt while it imports (here a plugin, imported before the checks) does not
+    lose the Ctrl-C: lab-train stops once the imports are done, with the start-up line, 130 and no run folder."""
+    import os
+    import signal
+
+    from tests import cli
+
+    site, ready, run_dir = tmp_path / "site", tmp_path / "ready", tmp_path / "run"
+    site.mkdir()
+    install_plugin(site, "swallowing_plugin", SWALLOWING_PLUGIN.format(ready=str(ready)))
+    process = cli.start_lab_train(*TINY, "trainer.max_steps=2", f"hydra.run.dir={run_dir}", cache_dir=cache_dir, cwd=tmp_path,
+                                  env={"PYTHONPATH": f"{REPO}:{site}"})
+    try:
+        cli.wait_for(ready, process, "the plugin's import began")
+        os.killpg(process.pid, signal.SIGINT)
+        stderr = process.communicate(timeout=cli.SUBPROCESS_TIMEOUT)[1]
+    finally:
+        cli.kill_session(process)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("interrupted: lab-train stopped by SIGINT"), stderr
+    assert not run_dir.exists()

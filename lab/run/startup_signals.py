@@ -61,18 +61,42 @@ def start_up() -> Iterator[None]:
             signal.signal(number, handler)
 
 
+SIGINT_WHILE_IMPORTING: list[int] = []  # a Ctrl-C before the pre-flight checks ended (see `stop_if_ctrl_c_was_swallowed`)
+
+
 def quiet_ctrl_c_while_importing(command: str) -> None:
     """A Ctrl-C that reaches no handler (while the program still imports torch, Hydra, ...): one line and exit 130
     instead of Python's traceback and death by SIGINT. Installed only by the command's own module when it runs
-    as the program; every other exception keeps Python's report."""
+    as the program; every other exception keeps Python's report. The Ctrl-C is also remembered: a library that
+    swallows the KeyboardInterrupt during its import (a bare `except:` around an optional import) cannot lose it."""
     previous = sys.excepthook
 
     def hook(kind, value, traceback) -> None:
         if not issubclass(kind, KeyboardInterrupt):
             previous(kind, value, traceback)
             return
-        print(f"interrupted: {command} stopped by SIGINT during start-up, before training began; nothing was written",
-              file=sys.stderr, flush=True)
-        os._exit(128 + signal.SIGINT)
+        interrupted_while_importing(command)
 
     sys.excepthook = hook
+    signal.signal(signal.SIGINT, remember_ctrl_c)
+
+
+def remember_ctrl_c(signum, frame) -> None:
+    """Python's own SIGINT behaviour (a KeyboardInterrupt) that also leaves a mark."""
+    SIGINT_WHILE_IMPORTING.append(signum)
+    raise KeyboardInterrupt
+
+
+def interrupted_while_importing(command: str) -> None:
+    print(f"interrupted: {command} stopped by SIGINT during start-up, before training began; nothing was written",
+          file=sys.stderr, flush=True)
+    os._exit(128 + signal.SIGINT)
+
+
+def stop_if_ctrl_c_was_swallowed(command: str) -> None:
+    """After the imports and pre-flight checks: a Ctrl-C that arrived meanwhile stops the program here even when the
+    code it interrupted swallowed the KeyboardInterrupt; Python's own handler takes Ctrl-C back from here on."""
+    if SIGINT_WHILE_IMPORTING:
+        interrupted_while_importing(command)
+    if signal.getsignal(signal.SIGINT) is remember_ctrl_c:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

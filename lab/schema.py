@@ -1,7 +1,7 @@
 """One typed schema per config group: how a mapping becomes a checked dataclass.
 
 Each group's fields, types and defaults are one dataclass, owned by the object it configures:
-`ModelConfig` (lab/model/trunk.py), each head's `config_class` (lab/model/heads/), `DataConfig`
+`ModelConfig` (lab/nn/blocks.py), each head's `config_class` (lab/model/heads/), `DataConfig`
 and the synthetic tasks' configs (lab/data/), `ReductionConfig` / `ScheduleConfig` / the weight
 schedules (lab/objective/), `OptimConfig` (lab/training/optim.py). The YAMLs in conf/ choose
 values; the dataclasses say what exists.

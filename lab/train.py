@@ -55,7 +55,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.cost import cost_table, format_cost_table
     from lab.training.module import MTPLitModule
 
-    from lab.model.draft_vocab import choose_draft_vocab
+    from lab.nn.draft_vocab import choose_draft_vocab
     from lab.model.mtp import check_vocabulary, fill_vocab_size
 
     checked = check_config(cfg, noted=settle_unused_settings(cfg, record))
@@ -82,7 +82,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     datamodule.setup("fit")
     check_vocabulary(module.model, datamodule.tokenizer.vocab_size)
     if cfg.get("init_from"):
-        from lab.checkpoint.init_from import load_parent_weights
+        from lab.release.init_from import load_parent_weights
 
         module.init_from = load_parent_weights(module.model, str(cfg.init_from), datamodule.tokenizer_identity)
     use_generated_rows(cfg, checked.train_rows, datamodule, module.model, record)  # after init_from: the weights that train write

@@ -34,7 +34,7 @@ def mtp_block_template(config, main: dict[str, torch.Tensor], kind: str) -> dict
     if kind == "trunk":
         template = f"model.layers.{N_MAIN - 1}."
         return {key[len(template):]: value for key, value in main.items() if key.startswith(template)}
-    from lab.model.native_layers import decoder_layer_class
+    from lab.nn.native_layers import decoder_layer_class
 
     return decoder_layer_class(config)(config.get_mtp_config(), 0).state_dict()
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from lab.model.mtp import build_model as build_mtp_model
-from lab.model.trunk import ModelConfig
+from lab.nn.blocks import ModelConfig
 
 PAD = 0
 VOCAB = 37

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from lab.report.records import collect_sweep
-from lab.training.timing import is_machine_state
+from lab.tracking.timing import MACHINE_STATE_NAME
 from tests.cli import FIXED_DECODING, SUBPROCESS_TIMEOUT, TINY, cli_env, read_run, run_module
 
 STEPS, EVERY, VAL_EVERY = 12, 2, 4  # checkpoints at 2, 4, ..., validations after steps 4, 8, 12
@@ -77,7 +77,7 @@ def resume(job: Path, cwd: Path, cache_dir: Path, *extra: str, kill: str | None 
 
 def csv_rows(text: str) -> list[dict]:
     """Rows without the columns that measure the machine (times, throughput, load, contention): those differ between any two runs."""
-    return [{k: v for k, v in row.items() if not is_machine_state(k)} for row in csv.DictReader(io.StringIO(text))]
+    return [{k: v for k, v in row.items() if not MACHINE_STATE_NAME.search(k)} for row in csv.DictReader(io.StringIO(text))]
 
 
 def row_differences(left: list[dict], right: list[dict]) -> list[tuple]:

@@ -16,7 +16,7 @@ from lab.checkpoint import build_manifest
 from lab.errors import ConfigError
 from lab.model.compile import compile_units
 from lab.model.heads.deepseek import DepthModule
-from lab.model.trunk import Block
+from lab.nn.blocks import Block
 from lab.objective import build_backward_schedule, coefficients
 from lab.config.preflight import preflight
 from lab.train import CONF_DIR, build

@@ -1,4 +1,4 @@
-"""Speeds measured on a shared machine (lab/training/timing.py, lab/decode/paired.py, lab/report/speeds.py).
+"""Speeds measured on a shared machine (lab/tracking/timing.py, lab/decode/paired.py, lab/report/speeds.py).
 
 The contended case does not depend on what else the machine runs: the job is pinned to one core
 and a busy-looping process to the same core, so the job's worker gets at most about half the wall
@@ -24,7 +24,7 @@ import torch
 from lab.callbacks.throughput import TokenThroughput
 from lab.decode import generate
 from lab.decode.paired import median_quartiles, pair_order, paired_metrics, speed_ratio
-from lab.training.timing import CPU_SHARE_MIN, LOAD_PER_CORE_MAX, Span, Stopwatch, is_contended
+from lab.tracking.timing import CPU_SHARE_MIN, LOAD_PER_CORE_MAX, Span, Stopwatch, is_contended
 from tests.fit_helpers import compose_cfg, fit
 from tests.helpers import build_model
 

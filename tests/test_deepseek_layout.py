@@ -8,10 +8,9 @@ import subprocess
 
 import pytest
 
-from lab.checkpoint.layouts import RELEASE_IO
-from lab.model.heads.deepseek.check import check_main
-from lab.model.heads.deepseek.layout import inspect_layout
-from lab.checkpoint.export import main as lab_export
+from lab.release.deepseek.check import check_main
+from lab.release.deepseek.layout import inspect_layout
+from lab.release.export import main as lab_export
 from tests.cli import SUBPROCESS_TIMEOUT, command_in_process
 from tests.deepseek_fixtures import write_deepseek_release
 
@@ -31,7 +30,7 @@ def complete(tmp_path_factory):
 
 
 def run_check(folder, capsys) -> tuple[int, list[str]]:
-    code = check_main(str(folder), RELEASE_IO)
+    code = check_main(str(folder))
     return code, capsys.readouterr().out.strip().splitlines()
 
 

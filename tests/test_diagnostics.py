@@ -28,7 +28,7 @@ from lab.callbacks.memory_metrics import LogitLiveness
 from lab.callbacks.validation_figures import ValidationFigures
 from lab.errors import ConfigError
 from lab.horizon import Horizon
-from lab.model.trunk import RMSNorm
+from lab.nn.blocks import RMSNorm
 from lab.training.module import MTPLitModule
 from lab.training.step import local_counts
 from tests.helpers import VOCAB, build_model, horizon_sums, make_batch, model_config, packed_batch

@@ -13,7 +13,7 @@ from lab.data.synthetic.star_graph import StarGraphTask
 from lab.errors import ConfigError
 from lab.model.heads import DeepSeekConfig, HeadConfig
 from lab.model.mtp import MTPModel, build_model
-from lab.model.trunk import ModelConfig
+from lab.nn.blocks import ModelConfig
 from lab.objective.weights import Geometric, build_weight_schedule
 from lab.train import CONF_DIR
 from lab.training.optim import OptimConfig

@@ -1,4 +1,4 @@
-"""The draft vocabulary (`head.draft_vocab`, lab/model/draft_vocab.py): horizons ≥ 2 over N frequent ids.
+"""The draft vocabulary (`head.draft_vocab`, lab/nn/draft_vocab.py): horizons ≥ 2 over N frequent ids.
 
 Oracles: hand-counted ids on a tiny corpus with a tie; a hand-built label remap; the restricted loss
 against a cross-entropy computed by hand on the sliced logits; the coverage metric counted by hand;
@@ -17,7 +17,7 @@ from torch.utils.data import default_collate
 
 from lab.decode import generate
 from lab.errors import ConfigError
-from lab.model.draft_vocab import index_of, most_frequent_ids, restrict_horizon, training_token_counts
+from lab.nn.draft_vocab import index_of, most_frequent_ids, restrict_horizon, training_token_counts
 from lab.horizon import Horizon
 from lab.model.mtp import build_model
 from lab.objective.objective import Objective
@@ -258,7 +258,7 @@ def test_lab_train_with_a_draft_vocabulary_trains_decodes_and_logs_coverage(tmp_
         lab_generate([str(tmp_path / "run"), "--prompt", "def f(x):", "--max-new-tokens", "12", *extra])
         texts.append(capsys.readouterr().out)
     assert texts[0] == texts[1] and len(texts[0]) > 1  # 12 tokens (a 6-step toy model writes spaces)
-    from lab.checkpoint.export import export, load_release
+    from lab.release.export import export, load_release
 
     export(sorted((tmp_path / "run").rglob("*.ckpt"))[-1], tmp_path / "release", keep_heads=True)  # --keep-heads keeps the ids
     assert torch.equal(load_release(tmp_path / "release").draft_ids, saved)

@@ -1,4 +1,4 @@
-"""Release export (lab/checkpoint/export.py): next-token-only releases give the full model's next-token logits."""
+"""Release export (lab/release/export.py): next-token-only releases give the full model's next-token logits."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from lab.checkpoint.export import export, load_release, load_release_tokenizer
+from lab.release.export import export, load_release, load_release_tokenizer
 from tests.head_cases import case, overrides, without
 from tests.fit_helpers import compose_cfg, fit
 from tests.cli import SUBPROCESS_TIMEOUT

@@ -17,10 +17,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from safetensors import safe_open
 
-from lab.checkpoint.layouts import RELEASE_IO
-from lab.checkpoint.export import main as lab_export
-from lab.model.heads.deepseek.export import write_deepseek_folder
-from lab.model.heads.deepseek.load import deepseek_head, load_deepseek_folder
+from lab.release.export import main as lab_export
+from lab.release.deepseek.export import write_deepseek_folder
+from lab.release.deepseek.load import deepseek_head, load_deepseek_folder
 from lab.decode import generate
 from lab.errors import ConfigError
 from lab.model import build_model
@@ -138,7 +137,7 @@ def test_an_imported_release_decodes_as_transformers_does(depth, writer, tmp_pat
     """A folder written by transformers plus released-layout MTP layers (random weights) — not by the harness; with
     writer=save_pretrained the main model is transformers' own save_pretrained (experts one by one, one file, no index)."""
     folder = write_deepseek_release(tmp_path / "release", depth=depth, writer=writer)
-    imported = load_deepseek_folder(RELEASE_IO, folder)
+    imported = load_deepseek_folder(folder)
     assert imported.proposer_refusal is None and imported.fusion_order == "eh" and imported.model.head.depth == depth
     for prompt in PROMPTS[:2]:
         ours = harness_speculative(imported.model, prompt, monkeypatch)
@@ -173,7 +172,7 @@ def probe_batch() -> dict:
 def test_fusion_order_he_to_eh_round_trip_is_exact_and_a_wrong_declaration_shows(tmp_path):
     source = source_model("he")
     folder = tmp_path / "release"
-    write_deepseek_folder(RELEASE_IO, source, folder)
+    write_deepseek_folder(source, folder)
     d = DEEPSEEK["hidden_size"]
     index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
     with safe_open(folder / index["model.layers.2.eh_proj.weight"], "pt") as handle:
@@ -183,16 +182,16 @@ def test_fusion_order_he_to_eh_round_trip_is_exact_and_a_wrong_declaration_shows
 
     batch = probe_batch()
     expected = horizon_logits(source, batch)
-    back_he = load_deepseek_folder(RELEASE_IO, folder).model  # declared eh (config.json), loaded into an he head: columns swapped back
+    back_he = load_deepseek_folder(folder).model  # declared eh (config.json), loaded into an he head: columns swapped back
     for got, want in zip(horizon_logits(back_he, batch), expected, strict=True):
         assert torch.equal(got, want)
-    back_eh = load_deepseek_folder(RELEASE_IO, folder, head_order="eh").model  # kept as eh, computed as [embedding, hidden]
+    back_eh = load_deepseek_folder(folder, head_order="eh").model  # kept as eh, computed as [embedding, hidden]
     for got, want in zip(horizon_logits(back_eh, batch), expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     assert json.loads((folder / "config.json").read_text())["mtp_fusion_order"] == "eh"  # what transformers runs: never a flag it ignores
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "mtp_fusion_order": "he"}))  # the same weights declared in the other order
-    wrong = load_deepseek_folder(RELEASE_IO, folder)
+    wrong = load_deepseek_folder(folder)
     assert wrong.model.head_cfg.name == "ntp" and "declares mtp_fusion_order=he, but transformers' MtpLayer for deepseek_v3 runs eh" in wrong.proposer_refusal
 
 
@@ -201,7 +200,7 @@ def test_imported_depths_alias_the_trunks_parts_and_hold_no_duplicate_optimizer_
     from lab.training.optim import OptimConfig, build_optimizer
 
     folder = write_deepseek_release(tmp_path / "release", depth=2)
-    model = load_deepseek_folder(RELEASE_IO, folder).model
+    model = load_deepseek_folder(folder).model
     shared, trunk = model.shared_parts(), model.trunk
     assert shared.embed is trunk.hf.get_input_embeddings() and shared.unembedding is trunk.hf.get_output_embeddings().weight
     assert shared.final_norm.weight is trunk.hf.model.norm.weight
@@ -224,10 +223,10 @@ def horizon_logits_with_grad(model, batch) -> list[torch.Tensor]:
 
 
 def test_init_from_hf_folder_gives_the_imported_weights(tmp_path):
-    from lab.checkpoint.init_from import load_parent_weights
+    from lab.release.init_from import load_parent_weights
 
     folder = write_deepseek_release(tmp_path / "release", depth=2)
-    imported = load_deepseek_folder(RELEASE_IO, folder).model
+    imported = load_deepseek_folder(folder).model
     torch.manual_seed(9)
     child = build_model({"name": "hf", "path": str(folder)}, deepseek_head(2))
     record = load_parent_weights(child, f"hf:{folder}")
@@ -241,7 +240,7 @@ def test_init_from_hf_folder_gives_the_imported_weights(tmp_path):
 
 def test_without_layer_n_it_loads_as_a_target_and_is_refused_as_a_proposer(tmp_path):
     folder = write_deepseek_release(tmp_path / "release", depth=1, drop_layers=(N_MAIN,))
-    imported = load_deepseek_folder(RELEASE_IO, folder)
+    imported = load_deepseek_folder(folder)
     assert imported.model.head_cfg.name == "ntp" and imported.model.k == 1
     assert imported.proposer_refusal == f"{folder} is not a complete MTP release (MTP layer 2 (model.layers.2.*) is missing entirely); it loads as a target only"
     plain = subprocess.run(["lab-generate", str(folder), "--prompt", "def f1(x):", "--max-new-tokens", "4"], capture_output=True, text=True,
@@ -249,13 +248,13 @@ def test_without_layer_n_it_loads_as_a_target_and_is_refused_as_a_proposer(tmp_p
     assert plain.returncode == 0, plain.stderr[-2000:]
     refused = command_in_process("lab-generate", str(folder), "--prompt", "def f1(x):", "--speculative")  # the plain run: a real process
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [f"error: --speculative: {imported.proposer_refusal}"]
-    from lab.checkpoint.init_from import load_parent_weights
+    from lab.release.init_from import load_parent_weights
 
     child = build_model({"name": "hf", "path": str(folder)}, deepseek_head(1))
     with pytest.raises(ConfigError, match=r"^init_from: .* lacks|^init_from: .*missing entirely"):
         load_parent_weights(child, f"hf:{folder}")
     one_key = write_deepseek_release(tmp_path / "one", depth=1, drop=("model.layers.2.hnorm.weight",))
-    assert load_deepseek_folder(RELEASE_IO, one_key).proposer_refusal.endswith(
+    assert load_deepseek_folder(one_key).proposer_refusal.endswith(
         "(transformers reports 1 weight(s) missing (would be freshly initialised): model.layers.2.hnorm.weight); it loads as a target only")
 
 
@@ -268,7 +267,7 @@ def test_mtp_copies_of_shared_parts_must_equal_the_trunks(tmp_path):
     tensors = load_file(folder / shard)
     tensors["model.layers.2.shared_head.norm.weight"] = tensors["model.layers.2.shared_head.norm.weight"] * 1.5
     save_file(tensors, folder / shard, metadata={"format": "pt"})
-    refusal = load_deepseek_folder(RELEASE_IO, folder).proposer_refusal
+    refusal = load_deepseek_folder(folder).proposer_refusal
     assert "(model.layers.2.shared_head.norm.weight differs from the trunk's final norm; the harness's depths use the trunk's own" in refusal
 
 
@@ -283,11 +282,11 @@ def test_export_refusals_name_the_field(tmp_path, cache_dir, capsys):
     for field, (model_cfg, head_cfg) in cases.items():
         model = build_model({"name": "hf", **model_cfg}, head_cfg)
         with pytest.raises(ConfigError) as error:
-            write_deepseek_folder(RELEASE_IO, model, tmp_path / field)
+            write_deepseek_folder(model, tmp_path / field)
         assert error.value.field == field and not (tmp_path / field).exists()
     medusa = build_model({"name": "hf", "config": {"model_type": "deepseek_v3", **DEEPSEEK}}, {"name": "medusa", "k": 2, "compute_match": "none"})
     with pytest.raises(ConfigError, match=r"^--format: deepseek exports head=deepseek runs; this checkpoint's head is 'medusa'"):
-        write_deepseek_folder(RELEASE_IO, medusa, tmp_path / "m")
+        write_deepseek_folder(medusa, tmp_path / "m")
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("train", overrides=[*TINY, "head=deepseek", "head.depth=1", f"paths.cache_dir={cache_dir}"])
@@ -310,7 +309,7 @@ def test_a_run_starts_from_a_released_folder_through_the_config(tmp_path, cache_
             *NOT_MODEL, "model=hf", f"model.path={folder}", f"init_from='hf:{folder}'", "head=deepseek", "head.depth=2", "head.block=native",
             "head.hidden_input=post_norm", "head.chain_state=normed", "head.trunk_grad=frozen", "optim.warmup_steps=1", f"paths.cache_dir={cache_dir}"])
     _, module = build(cfg)
-    imported = load_deepseek_folder(RELEASE_IO, folder).model.state_dict()
+    imported = load_deepseek_folder(folder).model.state_dict()
     own = module.model.state_dict()
     assert own.keys() == imported.keys() and all(torch.equal(own[k], imported[k]) for k in own)
     assert module.init_from["kind"] == "hf"
@@ -329,7 +328,7 @@ def test_glm4_moe_exports_read_by_transformers_mtp_draft_what_the_harness_drafts
     torch.manual_seed(0)
     model = build_model({"name": "hf", "config": GLM4_MOE}, deepseek_head(depth, "he")).eval()
     folder = tmp_path / "release"
-    write_deepseek_folder(RELEASE_IO, model, folder)
+    write_deepseek_folder(model, folder)
     for prompt in PROMPTS[:2]:
         ours = harness_speculative(model, prompt, monkeypatch)
         theirs = transformers_mtp(folder, depth, prompt, monkeypatch)
@@ -343,7 +342,7 @@ def test_an_all_dense_trunks_export_is_read_by_transformers_mtp_as_the_moe_layer
     config = {"model_type": "deepseek_v3", **DEEPSEEK, "first_k_dense_replace": N_MAIN + 1}
     model = build_model({"name": "hf", "config": config}, deepseek_head(1, "he")).eval()
     folder = tmp_path / "release"
-    write_deepseek_folder(RELEASE_IO, model, folder)
+    write_deepseek_folder(model, folder)
     index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
     assert f"model.layers.{N_MAIN}.mlp.experts.gate_up_proj" in index and f"model.layers.{N_MAIN - 1}.mlp.up_proj.weight" in index
     for prompt in PROMPTS[:2]:

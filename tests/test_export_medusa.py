@@ -11,8 +11,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from safetensors import safe_open
 
-from lab.checkpoint.layouts import RELEASE_IO
-from lab.checkpoint.export import main as lab_export
+from lab.release.export import main as lab_export
 from lab.decode import generate
 from lab.decode.loading import load_for_generation
 from lab.train import CONF_DIR
@@ -139,7 +138,7 @@ def test_refusals_name_the_field_and_leave_nothing(runs, tmp_path, capsys, cache
 
 
 def test_reader_refuses_a_base_that_is_not_the_one_named(runs, tmp_path, capsys):
-    from lab.model.heads.medusa.release import load_medusa
+    from lab.release.medusa import load_medusa
     from lab.errors import ConfigError
 
     ckpt, _ = runs["joint_shared"]
@@ -149,11 +148,11 @@ def test_reader_refuses_a_base_that_is_not_the_one_named(runs, tmp_path, capsys)
     write_llama(other, seed=3, tokenizer=False)
     shutil.copy(other / "model.safetensors", out / "base" / "model.safetensors")  # same shapes, other weights
     with pytest.raises(ConfigError, match=r"^base_model: weights_sha256 of the base at .* differs"):
-        load_medusa(RELEASE_IO, out)
+        load_medusa(out)
 
 
 def test_init_from_a_medusa_folder_gives_its_heads(runs, tmp_path, capsys):
-    from lab.checkpoint.init_from import load_parent_weights
+    from lab.release.init_from import load_parent_weights
     from lab.model import build_model
 
     ckpt, trained = runs["frozen_replicated"]

@@ -1,4 +1,4 @@
-"""Training FLOPs per token (lab/model/flops.py): a hand-computed block, and PyTorch's own FLOP counter."""
+"""Training FLOPs per token (lab/nn/flops.py): a hand-computed block, and PyTorch's own FLOP counter."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from lab.model.flops import block_forward_flops, forward_flops_per_sequence, training_flops_per_token
+from lab.nn.flops import block_forward_flops, forward_flops_per_sequence, training_flops_per_token
 from tests.head_cases import case, without
 from tests.helpers import build_model, model_config, packed_batch
 

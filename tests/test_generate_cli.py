@@ -15,7 +15,7 @@ import torch
 from lab.decode import generate
 from lab.decode.cli import main as lab_generate_main
 from lab.decode.loading import load_for_generation
-from lab.checkpoint.export import export
+from lab.release.export import export
 from tests.cli import TINY, lab_train, read_run, SUBPROCESS_TIMEOUT
 
 PROMPT = "def main(x):\n    return"

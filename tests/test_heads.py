@@ -9,7 +9,7 @@ from lab.errors import ConfigError
 from lab.labels import chain_masks, horizon_mask
 from lab.model.heads import head_class, head_config
 from lab.model.mtp import MTPModel, alias_groups, parameter_table
-from lab.model.trunk import Block
+from lab.nn.blocks import Block
 from tests.head_cases import case, cases
 from tests.helpers import PAD, VOCAB, assert_close_rel, build_model, horizon_sums, loss_and_grads, make_batch, model_config, packed_batch
 

@@ -17,7 +17,7 @@ HEADS = {  # every drafting head (ntp drafts nothing)
     **without("ntp", "deepseek"),  # deepseek: by depth below
     "deepseek_d2": case("deepseek"),
     "medusa": case("medusa", 4, n_layers=2),
-    # head.block=native: head blocks are the Llama's own decoder layer (lab/model/native_layers.py)
+    # head.block=native: head blocks are the Llama's own decoder layer (lab/nn/native_layers.py)
     "parallel_native": case("parallel", block="native"),
     "causal_native": case("causal", block="native", n_layers=2),
     "anticausal_native": case("anticausal", block="native"),

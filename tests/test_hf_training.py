@@ -8,7 +8,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from lab.model.lora import merged_copy
+from lab.nn.lora import merged_copy
 from lab.train import CONF_DIR
 from tests.cli import SUBPROCESS_TIMEOUT, TINY, lab_train, lab_train_in_process
 from tests.fit_helpers import fit
@@ -144,7 +144,7 @@ def test_frozen_and_lora_checkpoints_hold_what_trains_and_refuse_another_base(ll
 def test_keep_heads_release_of_a_fixed_base_holds_heads_and_adapters_beside_a_pointer(llama_dir, cache_dir, tmp_path):
     from safetensors.torch import load_file
 
-    from lab.checkpoint.export import export, load_release
+    from lab.release.export import export, load_release
 
     for mode in ("frozen", "lora"):
         cfg = hf_cfg(llama_dir, cache_dir, "head=parallel", "head.k=3", f"head.trunk_grad={mode}", "optim.lr=1e-2")
@@ -246,7 +246,7 @@ def test_pretrained_heads_experiment_jobs_compose_and_build(llama_dir):
 def test_export_hf_writes_a_folder_transformers_loads_with_the_same_logits_and_tokenizer(cache_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lab.checkpoint.export import main as lab_export
+    from lab.release.export import main as lab_export
 
     config = "{model_type:llama,vocab_size:300,hidden_size:32,intermediate_size:64,num_hidden_layers:2,num_attention_heads:4,num_key_value_heads:2}"
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):

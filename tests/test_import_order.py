@@ -16,7 +16,7 @@ from tests.cli import REPO, SUBPROCESS_TIMEOUT, cli_env
 FIRST_IMPORTS = """
 import importlib, pkgutil, sys
 import torch  # loaded once: only lab's modules are imported afresh
-packages = ("lab.inference", "lab.model.heads")
+packages = ("lab.nn", "lab.inference", "lab.model.heads", "lab.release")
 modules = [p + "." + m.name for p in packages for m in pkgutil.iter_modules(importlib.import_module(p).__path__)] + ["lab.decode"]
 for module in modules:
     for name in [n for n in sys.modules if n == "lab" or n.startswith("lab.")]:

@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 
 from lab.errors import ConfigError
-from lab.checkpoint.export import export, sha256_file
+from lab.release.export import export, sha256_file
 from lab.train import build
 from tests.cli import SUBPROCESS_TIMEOUT, TINY, lab_train, lab_train_in_process
 from tests.fit_helpers import fit

@@ -12,18 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from lab.model.heads import release_layouts
+from lab.release import release_layouts
 from tests.head_cases import HEAD_NAMES
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
 # Lower first: each unit imports only units before it (and itself). A unit is a package or module under lab/,
-# or a dotted part of one: lab.model's parts (trunk, vocabularies, FLOPs, MoE, …) sit below the decoding core
-# (inference), its heads above it (a head's drafter is written against the core), and the model the heads are
-# assembled into (mtp, and cost and compile that read it) above the heads. The decoding application (decode)
-# drives core, heads and model.
-LAYERS = ["errors", "schema", "labels", "horizon", "data", "model", "inference", "model.heads", "model.trunks", "model.mtp", "model.cost",
-          "model.compile",
-          "objective", "checkpoint", "training", "decode", "eval", "callbacks", "config", "report", "run", "tracking", "train",
+# or a dotted part of one. Tensor building blocks (nn) and data sit below the decoding core (inference, model-free);
+# the heads are written against the core, the model (trunks, the MTP model, cost, compile) is assembled from them.
+# Release formats (release) read and write through the model and the checkpoint files; training and the decoding
+# application (decode) drive them all. Tracking (console, CSV history, wandb, measured time) needs only the first modules.
+LAYERS = ["errors", "schema", "labels", "horizon", "data", "tracking", "nn", "inference", "model.heads", "model",
+          "objective", "checkpoint", "release", "training", "decode", "eval", "callbacks", "config", "report", "run", "train",
           "eval.base", "eval.cli"]  # the evaluation itself sits below the callbacks; its CLI (a base from the configs) on top
 
 
@@ -52,7 +51,7 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def unit(module: str, layers: list[str] = LAYERS) -> str:
-    """The longest entry of `layers` that holds `module`: lab.model.heads.base → model.heads; lab.model.trunk → model;
+    """The longest entry of `layers` that holds `module`: lab.model.heads.base → model.heads; lab.model.mtp → model;
     lab.train → train."""
     if "." not in module:
         return module
@@ -162,13 +161,15 @@ def test_the_checks_see_a_violation():
     rank = {name: i for i, name in enumerate(LAYERS)}
     assert rank[unit("lab.report.render")] > rank[unit("lab.model.mtp")]  # model -> report would be upward
     wrong = {"lab.inference.target": {"lab.decode.generate", "lab.model.mtp"}, "lab.model.heads.deepseek.drafter": {"lab.decode.loading"},
-             "lab.model.trunk": {"lab.model.heads.base"}, "lab.model": {"lab.model.mtp"}, "lab.decode.proposers": {"lab.model.heads"}}
-    assert upward_imports(wrong) == ["lab.inference.target -> lab.decode.generate", "lab.inference.target -> lab.model.mtp",
-                                     "lab.model.heads.deepseek.drafter -> lab.decode.loading", "lab.model.trunk -> lab.model.heads.base"]
+             "lab.nn.blocks": {"lab.model.heads.base"}, "lab.model": {"lab.model.mtp"}, "lab.decode.proposers": {"lab.model.heads"},
+             "lab.inference.cache": {"lab.model.trunk"}, "lab.checkpoint.files": {"lab.release.hf_folder"}}
+    assert upward_imports(wrong) == ["lab.checkpoint.files -> lab.release.hf_folder", "lab.inference.cache -> lab.model.trunk",
+                                     "lab.inference.target -> lab.decode.generate", "lab.inference.target -> lab.model.mtp",
+                                     "lab.model.heads.deepseek.drafter -> lab.decode.loading", "lab.nn.blocks -> lab.model.heads.base"]
     assert imports_into(wrong, {"inference", "model.heads"}, "decode") == ["lab.inference.target -> lab.decode.generate",
                                                                            "lab.model.heads.deepseek.drafter -> lab.decode.loading"]
-    assert folder_imports({"lab.checkpoint.export": {"lab.model.heads", "lab.model.heads.medusa.release"}}, ("medusa",)) == [
-        "lab.checkpoint.export -> lab.model.heads.medusa.release"]
+    assert folder_imports({"lab.release.medusa": {"lab.model.heads", "lab.model.heads.medusa.head"}}, ("medusa",)) == [
+        "lab.release.medusa -> lab.model.heads.medusa.head"]
     assert reachable({"lab.report.table": {"lab.report.head_traits"}, "lab.report.head_traits": {"lab.model.heads"}}, {"report"}) == {
         "lab.report.head_traits", "lab.model.heads"}  # a model import one module away is found
     pattern = re.compile(r"""(==|!=)\s*["'](ntp)["']""")

@@ -10,7 +10,7 @@ import pytest
 from tests.cli import SUBPROCESS_TIMEOUT
 
 
-@pytest.mark.parametrize("first", ["lab.model", "lab.model.mtp", "lab.model.heads", "lab.model.trunk", "lab.model.flops", "lab.decode"])
+@pytest.mark.parametrize("first", ["lab.model", "lab.model.mtp", "lab.model.heads", "lab.model.trunk", "lab.nn.flops", "lab.decode"])
 def test_build_model_imports_from_lab_model_whatever_loads_first(first):
     # A fresh interpreter per order: an import cycle shows up only for some first imports.
     code = (f"import {first}\n"

@@ -7,7 +7,7 @@ import torch
 
 from lab.decode.generate import generate
 from lab.inference.moe_ledger import MoELedger, fit_expert_term, ledger_line
-from lab.model.moe import RouterTap, router_places
+from lab.nn.moe import RouterTap, router_places
 from lab.model.mtp import build_model
 from tests.moe_fixtures import MOE_FAMILIES, moe_model_config
 

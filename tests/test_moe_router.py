@@ -1,4 +1,4 @@
-"""Router statistics and DeepSeek-V3's balancing tools (lab/model/moe.py, lab/training/router_balance.py,
+"""Router statistics and DeepSeek-V3's balancing tools (lab/nn/moe.py, lab/training/router_balance.py,
 lab/callbacks/router_metrics.py): hand-computed loads, bias updates and balance losses on hand-made routings,
 then the real CLI (metrics logged per layer and per depth, biases moved, bad input refused in one line)."""
 
@@ -11,7 +11,7 @@ import torch
 from lab.callbacks.router_metrics import place_loads, router_metrics
 from lab.errors import ConfigError
 from lab.labels import chain_masks
-from lab.model.moe import RouterConfig, RouterPlace, RouterTap, load_statistics, router_places
+from lab.nn.moe import RouterConfig, RouterPlace, RouterTap, load_statistics, router_places
 from lab.model.mtp import build_model
 from lab.training.router_balance import RouterBalance, build_router_balance, sequence_balance_loss, updated_bias
 from tests.cli import TINY, lab_train, lab_train_in_process, read_run

@@ -1,4 +1,4 @@
-"""`head.block=native`: head blocks that are the HF model's own decoder layer (lab/model/native_layers.py).
+"""`head.block=native`: head blocks that are the HF model's own decoder layer (lab/nn/native_layers.py).
 
 Real transformers models built from config objects (random weights): the blocks' classes and
 state keys are the family's, a copied native block computes what the trunk's last layer
@@ -17,7 +17,7 @@ from lab.inference.sampling import TokenChooser
 from lab.inference.target import CachedModel
 from lab.model.heads.deepseek.drafter import DeepSeekChain
 from lab.model.mtp import build_model
-from lab.model.native_layers import native_decoder_layer
+from lab.nn.native_layers import native_decoder_layer
 from tests.head_cases import case, cases
 from tests.test_decode_cache import full_horizon_logits, reference_next_token
 from tests.test_hf_trunk import FAMILIES, V, packed

@@ -1,4 +1,4 @@
-"""The marginal oracle (lab/decode/oracle.py): the ceiling of independent heads' training objective.
+"""The marginal oracle (experiments/benchmarks/marginal_oracle.py): the ceiling of independent heads' training objective.
 
 Oracles: the exact marginal of slots t+2 and t+3 given x≤t, by enumerating every continuation of a
 tiny Llama (V = 13: 13 + 169 rows); greedy oracle decoding against a hand-rolled greedy loop. The
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lab.errors import ConfigError
-from lab.decode.oracle import marginal_laws, oracle_decode
+from experiments.benchmarks.marginal_oracle import marginal_laws, oracle_decode
 from lab.inference.sampling import TokenChooser
 from lab.model.mtp import build_model
 from tests.helpers import hf_llama_config, make_batch

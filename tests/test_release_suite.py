@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.checkpoint.layouts import RELEASE_IO
-from lab.model.heads.deepseek.check import check_main
-from lab.model.heads.deepseek.load import deepseek_head, load_deepseek_folder
-from lab.checkpoint.init_from import load_parent_weights
+from lab.release.deepseek.check import check_main
+from lab.release.deepseek.load import deepseek_head, load_deepseek_folder
+from lab.release.init_from import load_parent_weights
 from lab.model.mtp_families import MTP_FAMILIES, family_refusal
 from lab.decode.cli import main as lab_generate
 from lab.errors import ConfigError
@@ -113,7 +112,7 @@ def speculative_generate(folder: Path, capsys) -> tuple[int, list[str]]:
 def test_check_and_every_loader_agree_on_a_damaged_release(case, tmp_path, capsys, child):
     options, verdict, named = CASES[case]
     folder = write_deepseek_release(tmp_path / "release", **options)
-    code = check_main(str(folder), RELEASE_IO)
+    code = check_main(str(folder))
     lines = capsys.readouterr().out.strip().splitlines()
     target, mtp = lines[1], lines[2]
     generated, errors = speculative_generate(folder, capsys)
@@ -145,7 +144,7 @@ def test_check_and_every_loader_agree_on_a_damaged_release(case, tmp_path, capsy
                                                 ({"writer": "save_pretrained"}, "4 routed experts, per expert (mlp.experts.{e}.*)")])
 def test_check_counts_the_experts_of_every_mtp_layer(options, experts, tmp_path, capsys):
     folder = write_deepseek_release(tmp_path / "release", depth=2, **options)
-    assert check_main(str(folder), RELEASE_IO) == 0
+    assert check_main(str(folder)) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split(", ", 1)[1] for line in lines[-2:]] == [experts, experts]
     assert [line.split(":")[0] for line in lines[-2:]] == [f"MTP layer {N_MAIN}", f"MTP layer {N_MAIN + 1}"]
@@ -154,14 +153,14 @@ def test_check_counts_the_experts_of_every_mtp_layer(options, experts, tmp_path,
 def test_a_bfloat16_release_is_upcast_and_says_so(tmp_path, capsys):
     folder = write_deepseek_release(tmp_path / "release", edit=all_bfloat16)
     capsys.readouterr()
-    imported = load_deepseek_folder(RELEASE_IO, folder)
+    imported = load_deepseek_folder(folder)
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
     assert imported.mtp_problem is None and notes and set(notes) == {f"note: {folder} stores bfloat16 weights, loaded as float32 (a lossless upcast)"}
 
 
 def test_per_expert_and_fused_layouts_import_the_same_weights(tmp_path):
-    fused = load_deepseek_folder(RELEASE_IO, write_deepseek_release(tmp_path / "fused", depth=2)).model.state_dict()
-    split = load_deepseek_folder(RELEASE_IO, write_deepseek_release(tmp_path / "split", depth=2, experts="per_expert")).model.state_dict()
+    fused = load_deepseek_folder(write_deepseek_release(tmp_path / "fused", depth=2)).model.state_dict()
+    split = load_deepseek_folder(write_deepseek_release(tmp_path / "split", depth=2, experts="per_expert")).model.state_dict()
     assert any(".mlp.experts.gate_up_proj" in key and key.startswith("head.") for key in fused)  # the depths' MoE weights too
     assert fused.keys() == split.keys() and all(torch.equal(fused[key], split[key]) for key in fused)
 
@@ -200,7 +199,7 @@ def test_the_export_follows_the_family_table(family):
     """What `--format deepseek` says of each family's (default) config: nothing for a round-trip family, else the table's line."""
     from transformers import AutoConfig
 
-    from lab.model.heads.deepseek.export import family_export_refusal
+    from lab.release.deepseek.export import family_export_refusal
 
     config = AutoConfig.for_model(family).get_text_config()
     assert family_export_refusal(config) == family_refusal(family)
@@ -213,25 +212,25 @@ SARVAM_MOE = dict(model_type="sarvam_moe", vocab_size=300, hidden_size=32, inter
 
 
 def test_a_refused_family_is_refused_in_one_line_by_export_check_and_loaders(tmp_path, capsys):
-    from lab.model.heads.deepseek.export import write_deepseek_folder
+    from lab.release.deepseek.export import write_deepseek_folder
 
     torch.manual_seed(0)
     model = build_model({"name": "hf", "config": SARVAM_MOE}, deepseek_head(1))
     with pytest.raises(ConfigError) as refused:
-        write_deepseek_folder(RELEASE_IO, model, tmp_path / "export")
+        write_deepseek_folder(model, tmp_path / "export")
     assert str(refused.value) == f"--format: {family_refusal('sarvam_moe')}" and not (tmp_path / "export").exists()
     folder = tmp_path / "release"
     model.trunk.hf.save_pretrained(folder)
-    code = check_main(str(folder), RELEASE_IO)
+    code = check_main(str(folder))
     lines = capsys.readouterr().out.strip().splitlines()
     assert code == 1 and lines[2] == f"MTP completeness: FAIL ({family_refusal('sarvam_moe')})"
-    assert load_deepseek_folder(RELEASE_IO, folder).proposer_refusal == f"{folder} is not a complete MTP release ({family_refusal('sarvam_moe')}); it loads as a target only"
+    assert load_deepseek_folder(folder).proposer_refusal == f"{folder} is not a complete MTP release ({family_refusal('sarvam_moe')}); it loads as a target only"
 
 
 def test_weight_files_are_written_with_the_users_umask(tmp_path):
     """--format deepseek and --format hf (export_hf itself) write every file with the umask's mode; safetensors alone writes 0600."""
-    from lab.model.heads.deepseek.export import write_deepseek_folder
-    from lab.checkpoint.export_hf import export_hf
+    from lab.release.deepseek.export import write_deepseek_folder
+    from lab.release.hf_folder import export_hf
     from tests.hf_fixtures import write_tokenizer
 
     torch.manual_seed(0)
@@ -241,7 +240,7 @@ def test_weight_files_are_written_with_the_users_umask(tmp_path):
                   "mtp_manifest": {}}
     previous = os.umask(0o027)
     try:
-        write_deepseek_folder(RELEASE_IO, model, tmp_path / "deepseek")
+        write_deepseek_folder(model, tmp_path / "deepseek")
         export_hf(checkpoint, tmp_path / "hf", model)
         model.trunk.hf.save_pretrained(tmp_path / "alone")
     finally:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab.training.timing import is_machine_state
+from lab.tracking.timing import MACHINE_STATE_NAME
 from tests.cli import FIXED_DECODING, SUBPROCESS_TIMEOUT, TINY, kill_session, lab_train, read_run, start_lab_train
 
 
@@ -118,7 +118,7 @@ def test_a_finished_run_is_never_trained_over_by_another_config(tmp_path, cache_
 
 
 def test_export_honours_the_umask(tmp_path, cache_dir):
-    from lab.checkpoint.export import export
+    from lab.release.export import export
 
     run = tmp_path / "run"
     assert run_cli(*TINY, f"hydra.run.dir={run}", cache_dir=cache_dir, cwd=tmp_path).returncode == 0
@@ -267,14 +267,14 @@ def test_kills_during_a_validation_and_a_checkpoint_write_lose_no_row_and_leave_
         kill_session(a)
 
     def rows(run_dir: Path) -> list[dict]:
-        return [{k: v for k, v in r.items() if not is_machine_state(k)} for r in csv.DictReader((run_dir / "metrics.csv").open())]
+        return [{k: v for k, v in r.items() if not MACHINE_STATE_NAME.search(k)} for r in csv.DictReader((run_dir / "metrics.csv").open())]
 
     assert rows(killed) == rows(whole)
     assert [r["step"] for r in rows(whole) if r.get("val/loss")] == ["1", "3", "5"]  # validations after steps 2, 4 and 6
     assert not [p.name for p in (killed / "checkpoints").iterdir() if p.name != "last.ckpt"]
     record = read_run(killed)
     assert [(a["status"], a["resumed_from_step"]) for a in record["attempts"]] == [("interrupted", None), ("interrupted", 2), ("ok", 4)]
-    untimed = lambda metrics: {k: v for k, v in metrics.items() if not is_machine_state(k)}  # noqa: E731
+    untimed = lambda metrics: {k: v for k, v in metrics.items() if not MACHINE_STATE_NAME.search(k)}  # noqa: E731
     assert untimed(record["final_metrics"]) == untimed(read_run(whole)["final_metrics"])
 
 

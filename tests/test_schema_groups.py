@@ -13,7 +13,7 @@ from lab.data.synthetic import SyntheticConfig
 from lab.errors import ConfigError
 from lab.model.heads import HEAD_SPECS, HeadConfig, head_config
 from lab.model.hf_trunk import HFModelConfig
-from lab.model.lora import LORA_DEFAULTS
+from lab.nn.lora import LORA_DEFAULTS
 from lab.objective.weights import WEIGHT_SCHEDULES, build_weight_schedule, schedule_options
 from lab.schema import field_names
 from lab.train import CONF_DIR

@@ -17,7 +17,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 from lab.model.heads import sharding_units
 from lab.model.heads.deepseek import DepthModule
-from lab.model.trunk import Block
+from lab.nn.blocks import Block
 from lab.train import CONF_DIR
 from tests.head_cases import case, without
 from tests.helpers import build_model

@@ -7,7 +7,7 @@ import torch
 from lab.callbacks.peak_flops import PEAK_BF16_FLOPS, peak_name_of, resolve_peak_flops
 from lab.callbacks.throughput import TokenThroughput
 from lab.errors import ConfigError
-from lab.model.flops import training_flops_per_token
+from lab.nn.flops import training_flops_per_token
 from tests.fit_helpers import compose_cfg, fit
 from tests.helpers import build_model
 

@@ -23,17 +23,20 @@ import torch
 import torch.nn as nn
 
 from lab.checkpoint import build_manifest, load_checkpoint, validate_checkpoint
-from lab.checkpoint.export import export, load_release, sha256_file
-from lab.checkpoint.export import main as lab_export
-from lab.checkpoint.init_from import load_parent_weights
-from lab.checkpoint.layouts import RELEASE_IO
+from lab.release.export import export, load_release, sha256_file
+from lab.release.export import main as lab_export
+from lab.release.init_from import load_parent_weights
 from lab.decode import generate
 from lab.decode.loading import load_for_generation
 from lab.errors import ConfigError, require
-from lab.model.heads import HEAD_SPECS, head_spec, register_head, release_layouts, unregister_head
+from lab.checkpoint import plain
+from lab.model import build_model
+from lab.model.heads import HEAD_SPECS, head_spec, register_head, unregister_head
 from lab.model.heads import HeadConfig, MTPHead
 from lab.model.heads.independent_drafter import IndependentHeads
-from lab.model.heads.spec import HeadSpec, InitFromReader, LoadedFolder, ParentWeights, ReleaseLayout
+from lab.model.heads.spec import HeadSpec
+from lab.release import InitFromReader, LoadedFolder, ParentWeights, ReleaseLayout, register_layout, release_layouts, unregister_layout
+from lab.release.hf_folder import staged_folder
 from tests.fit_helpers import compose_cfg, fit, searchpath_with
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -81,14 +84,14 @@ class ToyHead(MTPHead):
             yield (trunk_hidden if extra is None else extra) * gain  # [B, S, d]: horizons 2..K
 
 
-def export_toy(checkpoint: dict, out: Path, model, io) -> str:
+def export_toy(checkpoint: dict, out: Path, model) -> str:
     require(isinstance(model.head, ToyHead), "--format", f"toy exports head=toy runs; this checkpoint's head is '{model.head_cfg.name}'")
     from safetensors.torch import save_file
 
     tensors = {key: value.detach().clone().contiguous() for key, value in model.state_dict().items()}  # own storage each (tied weights)
-    config = {"format": TOY_FORMAT, "model": io.plain(model.model_cfg), "head": io.plain(model.head_cfg),
+    config = {"format": TOY_FORMAT, "model": plain(model.model_cfg), "head": plain(model.head_cfg),
               "tokenizer": checkpoint["mtp_manifest"]["tokenizer"]}
-    with io.staged_folder(out) as tmp:
+    with staged_folder(out) as tmp:
         save_file(tensors, tmp / "model.safetensors")
         (tmp / "config.json").write_text(json.dumps(config))
     return f"toy folder: {out}"
@@ -99,18 +102,18 @@ def is_toy_folder(path: Path) -> bool:
     return config.is_file() and json.loads(config.read_text()).get("format") == TOY_FORMAT
 
 
-def load_toy(folder: Path, io) -> LoadedFolder:
+def load_toy(folder: Path) -> LoadedFolder:
     from safetensors.torch import load_file
 
     from lab.data.tokenizers import tokenizer_from_identity
 
     config = json.loads((folder / "config.json").read_text())
-    model = io.build_model(config["model"], config["head"])
+    model = build_model(config["model"], config["head"])
     model.load_state_dict(load_file(folder / "model.safetensors"), strict=True)
     return LoadedFolder(model.eval(), tokenizer_from_identity(config["tokenizer"]))
 
 
-def toy_parent(folder: Path, model, io) -> ParentWeights:
+def toy_parent(folder: Path, model) -> ParentWeights:
     """The folder as the parent of `init_from=<folder>`: its weights, model config, tokenizer and head."""
     from safetensors.torch import load_file
 
@@ -118,17 +121,18 @@ def toy_parent(folder: Path, model, io) -> ParentWeights:
     return ParentWeights(load_file(folder / "model.safetensors"), config["model"], config["tokenizer"], config["head"]["name"])
 
 
-TOY = HeadSpec(name="toy", module=ToyHead, display_rank=100,
-               release_layouts={"toy": ReleaseLayout(
-                   name="toy", help="the test's toy layout", export=export_toy, recognizes=is_toy_folder, load=load_toy,
-                   init_from=InitFromReader(kind="toy", read=toy_parent, identity_file=lambda folder: folder / "model.safetensors"))})
+TOY = HeadSpec(name="toy", module=ToyHead, display_rank=100, release_layouts=("toy",))
+TOY_LAYOUT = ReleaseLayout(name="toy", help="the test's toy layout", export=export_toy, recognizes=is_toy_folder, load=load_toy,
+                           init_from=InitFromReader(kind="toy", read=toy_parent, identity_file=lambda folder: folder / "model.safetensors"))
 
 
 @pytest.fixture
 def toy_head():
-    register_head(TOY)  # the one registry line
+    register_head(TOY)  # the registry lines: the head, and the layout its spec names
+    register_layout(TOY_LAYOUT)
     yield TOY
     unregister_head(TOY.name)
+    unregister_layout(TOY_LAYOUT.name)
 
 
 @pytest.fixture
@@ -148,9 +152,9 @@ def test_a_head_defined_outside_lab_trains_decodes_exactly_and_round_trips_its_l
     vocab = model.model_cfg.vocab_size
     for seed, length in ((0, 1), (1, 7)):
         prompt = torch.randint(0, vocab, (length,), generator=torch.Generator().manual_seed(seed))
-        plain = generate(model, prompt, 24)
+        plain_run = generate(model, prompt, 24)
         spec = generate(model, prompt, 24, speculative=True)
-        assert spec.tokens == plain.tokens
+        assert spec.tokens == plain_run.tokens
         assert sum(spec.stats["proposed_by_position"]) > 0  # the toy head drafted
 
     # Its release layout: lab-export --format toy, then lab-generate's loader reads the folder back.
@@ -164,7 +168,7 @@ def test_a_head_defined_outside_lab_trains_decodes_exactly_and_round_trips_its_l
     assert generate(loaded.model, prompt, 24, speculative=True).tokens == generate(model, prompt, 24).tokens
 
     # init_from=<the folder> finds the layout's reader in the registry: every weight lands in a fresh model.
-    child = RELEASE_IO.build_model(RELEASE_IO.plain(model.model_cfg), RELEASE_IO.plain(model.head_cfg))
+    child = build_model(plain(model.model_cfg), plain(model.head_cfg))
     record = load_parent_weights(child, str(out))
     assert record["kind"] == "toy" and record["sha256"] == sha256_file(out / "model.safetensors")
     assert all(torch.equal(child.state_dict()[key], value) for key, value in model.state_dict().items())
@@ -176,6 +180,10 @@ def test_registering_is_checked_and_undone(toy_head):
         register_head(TOY)
     with pytest.raises(ConfigError, match=r"^head.name: 'ntp' is a shipped head"):
         unregister_head("ntp")
+    with pytest.raises(ConfigError, match=r"^release_layouts: format 'toy' is registered already"):
+        register_layout(TOY_LAYOUT)
+    with pytest.raises(ConfigError, match=r"^release_layouts: 'medusa' is a shipped layout"):
+        unregister_layout("medusa")
     unregister_head("toy")
     assert "toy" not in HEAD_SPECS and "toy" not in release_layouts()
     with pytest.raises(ConfigError, match=r"^head.name: unknown head 'toy'; allowed: ntp, linear, "):

@@ -15,7 +15,7 @@ import json
 import pytest
 import torch
 
-from lab.checkpoint.export import export
+from lab.release.export import export
 from tests.cli import TINY, command_in_process, lab_train, lab_train_in_process
 
 WEIGHT = "model.trunk.blocks.0.mlp.up.weight"

@@ -11,7 +11,8 @@ import torch
 import torch.nn as nn
 
 from lab.errors import require
-from lab.model.trunk import ModelConfig, Trunk
+from lab.nn.blocks import ModelConfig
+from lab.model.trunk import Trunk
 from lab.model.trunk_spec import TrunkSpec
 from lab.model.trunks import check_head_on_gpt, gpt_vocab_size, preflight_gpt, trunk_layers
 

@@ -53,7 +53,7 @@ from lab.decode.loading import load_for_generation
 from lab.inference.ledger import decode_rate, ledger, merge
 from lab.model.heads import HeadConfig
 from lab.model.mtp import MTPModel
-from lab.model.trunk import ModelConfig
+from lab.nn.blocks import ModelConfig
 
 
 def uncached_greedy(model: MTPModel, prompt: torch.Tensor, n: int) -> list[int]:

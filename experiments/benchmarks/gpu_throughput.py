@@ -10,7 +10,7 @@ training step itself, under bf16 autocast as Lightning's bf16-mixed precision pl
 (float32 parameters and optimizer state); the saved-tensor meter is off. Variants are timed
 interleaved in rotated order after warm-up (which also triggers compilation), each step
 ending in a device synchronisation. MFU = counted training FLOPs per token
-(lab/model/flops.py) × tokens/s ÷ the device's bf16 peak (lab/callbacks/peak_flops.py).
+(lab/nn/flops.py) × tokens/s ÷ the device's bf16 peak (lab/callbacks/peak_flops.py).
 
     python -m experiments.benchmarks.gpu_throughput                  # one GPU, < 5 min
     python -m experiments.benchmarks.gpu_throughput --peak H100       # a peak by name or FLOP/s
@@ -31,7 +31,7 @@ import torch
 from lab.callbacks.peak_flops import device_peak_name, resolve_peak_flops
 from lab.data import LMDataModule
 from lab.model.compile import compile_units
-from lab.model.flops import training_flops_per_token
+from lab.nn.flops import training_flops_per_token
 from lab.model.mtp import build_model, parameter_table
 from lab.objective import Progress
 from lab.objective.objective import Objective

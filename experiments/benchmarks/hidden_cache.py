@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import default_collate
 
 from experiments.benchmarks.mtp_overhead import random_batches
-from lab.model.draft_vocab import most_frequent_ids, training_token_counts
+from lab.nn.draft_vocab import most_frequent_ids, training_token_counts
 from lab.model.mtp import build_model
 from lab.objective.objective import Objective
 from lab.objective.weights import Progress

@@ -54,7 +54,7 @@ class ExpertCounter:
     """Distinct experts each router chose in the last pass (forward hooks on transformers' router modules)."""
 
     def __init__(self, model):
-        from lab.model.moe import is_router
+        from lab.nn.moe import is_router
 
         self.last: list[int] = []
         self.handles = [m.register_forward_hook(self.record) for m in model.modules() if is_router(m)]

@@ -2,7 +2,7 @@
 
 For each run with independent heads (Medusa, linear …; on a transformers trunk whose next-token path is its own), on the
 run's own held-out prompts at one temperature: the heads' chain (lab.decode, speculative) and the
-oracle's chain (lab.decode.oracle: drafts from the target's exact-in-expectation marginals, the law
+oracle's chain (experiments.benchmarks.marginal_oracle: drafts from the target's exact-in-expectation marginals, the law
 perfectly trained heads would have) with as many draft positions. Prints tokens per target forward,
 acceptance by position in both conventions, and the heads' share of the oracle's extra tokens,
 (heads − 1) / (oracle − 1). Acceptance is not a timing: the numbers do not depend on the machine's load.
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from lab.decode import generate
-from lab.decode.oracle import oracle_decode
+from experiments.benchmarks.marginal_oracle import oracle_decode
 from lab.inference.ledger import acceptance_conventions, ledger, merge
 from lab.inference.sampling import TokenChooser
 from lab.model.heads.independent_drafter import IndependentHeads

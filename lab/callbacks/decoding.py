@@ -16,7 +16,7 @@ Logs (and adds to the run's final metrics), headline over the non-degenerate pro
     decode/mean_accepted        drafts accepted per verification (bonus excluded)
     decode/speedup              median over (prompt, repeat) pairs of tokens/s speculative ÷ plain, wall time
                                 (`_q1`/`_q3`: quartiles; `decode/speedup_cpu*`: the same from the worker's CPU time)
-    decode/contended            1 when the machine did not let the evaluation run (lab.training.timing), with
+    decode/contended            1 when the machine did not let the evaluation run (lab.tracking.timing), with
                                 decode/cpu_share, decode/load_start, decode/load_end, decode/threads
     decode/distinct4            mean distinct-4-gram ratio of the measured continuations (all prompts)
     decode/degenerate           fraction of prompts whose continuation is degenerate

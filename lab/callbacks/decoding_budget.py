@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from lab.decode import generate
-from lab.training.timing import timed
+from lab.tracking.timing import timed
 
 PROBE_TOKENS = 8
 MIN_PROMPTS = 2

@@ -1,6 +1,6 @@
 """Expert load per MoE layer and per MTP depth (model=hf with routed experts).
 
-For every router (lab/model/moe.py: place `l{i}` = trunk layer i, `h{k}` = the head block serving horizon k,
+For every router (lab/nn/moe.py: place `l{i}` = trunk layer i, `h{k}` = the head block serving horizon k,
 DeepSeek depth d is `h{d+1}`), over the rows that count (real tokens; a depth's rows with a state):
 
     {stage}/router/tokens/{place}/e{j}   rows that chose expert j (a row counts once per chosen expert)
@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
-from lab.model.moe import RouterTap, load_statistics, router_places, tokens_per_expert, valid_rows
+from lab.nn.moe import RouterTap, load_statistics, router_places, tokens_per_expert, valid_rows
 from lab.training.cadence import logs_this_step
 from lab.training.step import step_outputs
 

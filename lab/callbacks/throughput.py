@@ -9,14 +9,14 @@ step once): only the training steps are timed (batch start
 to batch end), so validation and checkpoint writes don't dilute tokens/s; `fit_time_s` is the wall
 time from the first to the last training step. Steps that log nothing only read the clock.
 
-Every training step is also timed by a Stopwatch (lab.training.timing): the worker thread's and the
+Every training step is also timed by a Stopwatch (lab.tracking.timing): the worker thread's and the
 process's CPU time beside the wall time, torch's threads and the load average at the first and last
 step. Logging steps add `train/cpu_share` and `train/contended` for their window; the summary keeps the
 run's totals (`train_thread_cpu_s`, `train_tokens_per_cpu_s`, `train_contended`, ...), and at the end of
 training `train/contended` and `train/cpu_share` join the final metrics.
 
 FLOPs per token come from `flops_per_token(model, seq_len)`, by default the training FLOP
-count of lab/model/flops.py (the one the cost record and the sweep report use). On CUDA the window is closed by one device synchronisation
+count of lab/nn/flops.py (the one the cost record and the sweep report use). On CUDA the window is closed by one device synchronisation
 (once per logging interval, not per step) so queued work is timed where it ran.
 """
 
@@ -30,8 +30,8 @@ import torch
 
 from lab.callbacks.peak_flops import resolve_peak_flops
 from lab.training.cadence import logs_this_step
-from lab.training.timing import Span, Stopwatch
-from lab.model.flops import training_flops_per_token
+from lab.tracking.timing import Span, Stopwatch
+from lab.nn.flops import training_flops_per_token
 
 
 class TokenThroughput(pl.Callback):

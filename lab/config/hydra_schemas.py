@@ -38,8 +38,8 @@ from lab.data.synthetic.config import TASKS, SyntheticConfig
 from lab.model.heads import HEAD_SPECS, REGISTRY_LISTENERS, HeadConfig
 from lab.model import trunks  # noqa: F401  (registers the shipped trunk families)
 from lab.model.trunk_spec import DEFAULT_TRUNK, TRUNK_LISTENERS, TRUNK_SPECS
-from lab.model.lora import LORA_DEFAULTS
-from lab.model.trunk import ModelConfig
+from lab.nn.lora import LORA_DEFAULTS
+from lab.nn.blocks import ModelConfig
 from lab.objective.objective import ReductionConfig, ScheduleConfig
 from lab.objective.weights import WEIGHT_SCHEDULES, schedule_options
 from lab.data.train_rows import TrainRowsConfig

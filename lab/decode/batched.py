@@ -24,7 +24,7 @@ from lab.inference.hf_cache import HFTrunkCache
 from lab.inference.ledger import acceptance_conventions, count_round, round_counters
 from lab.inference.sampling import TokenChooser
 from lab.inference.target import TRUNK
-from lab.model.trunk import AttentionContext, rotary_angles
+from lab.nn.blocks import AttentionContext, rotary_angles
 
 
 class BatchedCaches:

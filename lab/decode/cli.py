@@ -23,7 +23,7 @@ from lab.errors import ConfigError, require
 from lab.inference.ledger import ledger_line
 from lab.inference.moe_ledger import MoELedger
 from lab.inference.moe_ledger import ledger_line as moe_ledger_line
-from lab.training.timing import timed
+from lab.tracking.timing import timed
 
 
 def read_prompt(args) -> str:

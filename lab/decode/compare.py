@@ -17,7 +17,7 @@ import torch
 
 from lab.decode.generate import generate
 from lab.decode.paired import median_quartiles, pair_order, speed_ratio
-from lab.training.timing import Span, timed
+from lab.tracking.timing import Span, timed
 
 BF16_NOTE = ("bf16: a near-tie of the top two logits can part speculative from plain greedy tokens "
              "(a multi-row verification pass rounds differently; docs/real-model.md)")

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from lab.errors import require
-from lab.model.draft_vocab import most_frequent_ids, training_token_counts
+from lab.nn.draft_vocab import most_frequent_ids, training_token_counts
 
 FIELD = "--draft-vocab"
 

@@ -15,7 +15,7 @@ from lab.decode.answers import answer_accuracy, teacher_forced_answers  # noqa: 
 from lab.decode.generate import generate
 from lab.decode.paired import pair_order, paired_metrics
 from lab.inference.ledger import ledger, merge
-from lab.training.timing import Stopwatch
+from lab.tracking.timing import Stopwatch
 
 DEGENERATE_BELOW = 0.2
 
@@ -116,7 +116,7 @@ def paired_runs(model, prompts: list[list[int]], new_tokens: int, temperature: f
 
 
 def timing_metrics(span) -> dict:
-    """Whether the machine let the evaluation run (lab.training.timing): flag, worker CPU share, load at both ends."""
+    """Whether the machine let the evaluation run (lab.tracking.timing): flag, worker CPU share, load at both ends."""
     return {"decode/contended": float(span.contended), "decode/cpu_share": span.cpu_share,
             "decode/load_start": span.load_start, "decode/load_end": span.load_end, "decode/threads": float(span.threads)}
 

@@ -2,7 +2,7 @@
 
 Accepts a training checkpoint (`.ckpt`, loaded with weights_only=True), a run directory
 (its `checkpoints/last.ckpt`), a release directory written by `lab-export`, or a folder in a head's
-release layout (lab/checkpoint/layouts.py).
+release layout (lab/release/).
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ def tokenizer_from_payload(payload: dict | None, manifest: dict):
 
 def load_for_generation(path: str | os.PathLike) -> Loaded:
     path = Path(path)
-    from lab.checkpoint.layouts import RELEASE_IO, layout_of_folder
+    from lab.release import layout_of_folder
 
     layout = layout_of_folder(path)  # a folder in a head's release layout (Medusa, DeepSeek)
     if layout is not None and layout.load is not None:
-        loaded = layout.load(path, RELEASE_IO)
+        loaded = layout.load(path)
         return Loaded(loaded.model, loaded.tokenizer, None, layout.name, loaded.proposer_refusal)
     if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
-        from lab.checkpoint.export import load_release, load_release_tokenizer, release_config
+        from lab.release.export import load_release, load_release_tokenizer, release_config
 
         config = release_config(path)
         context = (config.get("parent_manifest") or {}).get("seq_len")
@@ -53,7 +53,7 @@ def load_for_generation(path: str | os.PathLike) -> Loaded:
             raise ConfigError("checkpoint", f"{path} is neither a release folder (config.json + model.safetensors) nor a run dir with checkpoints/last.ckpt")
         path = candidate
     from lab.checkpoint import load_checkpoint
-    from lab.checkpoint.export import model_from_checkpoint
+    from lab.release.export import model_from_checkpoint
 
     checkpoint = load_checkpoint(path)
     model = model_from_checkpoint(checkpoint)

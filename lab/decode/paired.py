@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 
-from lab.training.timing import Span
+from lab.tracking.timing import Span
 
 
 def pair_order(prompt_index: int, repeat: int) -> tuple[bool, bool]:

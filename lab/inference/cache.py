@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from lab.model.trunk import AttentionContext, rotary_angles
+from lab.nn.blocks import AttentionContext, rotary_angles
 
 
 class StackCache:

@@ -1,6 +1,6 @@
 """The runtime ledger of an MoE model's speculative decoding (docs/moe.md): which experts a round touches.
 
-`MoELedger(model)` is entered around `generate(...)`. Through the router hooks of lab/model/moe.py (`RouterTap`) it
+`MoELedger(model)` is entered around `generate(...)`. Through the router hooks of lab/nn/moe.py (`RouterTap`) it
 records every router call and splits them into rounds: the trunk routers run once per target pass (the prefill, then
 one verification pass per round); the head routers (the MTP depths) run while drafting and while a depth catches up on
 the rows a verification accepted. A round is the head calls since the previous target pass plus its target pass, so
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lab.model.moe import RouterPlace, RouterTap, router_places
+from lab.nn.moe import RouterPlace, RouterTap, router_places
 
 
 def expert_bytes(model, place: RouterPlace) -> tuple[int, int]:

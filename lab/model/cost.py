@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from lab.model.flops import training_flops_per_token
+from lab.nn.flops import training_flops_per_token
 from lab.model.mtp import MTPModel, parameter_table
 
 
 def cost_table(model: MTPModel, seq_len: int) -> dict:
-    """`parameter_table` plus `train_flops_per_token` (forward + backward, see lab/model/flops.py)."""
+    """`parameter_table` plus `train_flops_per_token` (forward + backward, see lab/nn/flops.py)."""
     return {**parameter_table(model), "seq_len": seq_len, "train_flops_per_token": training_flops_per_token(model, seq_len)}
 
 

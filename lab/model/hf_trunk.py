@@ -26,13 +26,13 @@ import torch.nn as nn
 
 from lab.errors import ConfigError, require
 from lab.model.hf_weights import audit_folder, load_checked, mtp_layer_keys
-from lab.model.moe import RouterConfig, check_expert_counts, router_config
+from lab.nn.moe import RouterConfig, check_expert_counts, router_config
 from lab.model.dtype_choice import DTYPE_SETTINGS, DTYPES, resolve_dtype
 from lab.model.file_hash import sha256_of_file
 from lab.model.gguf_source import cache_root, check_gguf_source, converted_folder, file_field, gguf_file_of, gguf_sha256
 from lab.model.mtp_families import family_path_refusal
-from lab.model.native_layers import NativeLayers, attention_mask_for, layer_forward_flops, text_config
-from lab.model.trunk import AttentionContext, ModelConfig
+from lab.nn.native_layers import NativeLayers, attention_mask_for, layer_forward_flops, text_config
+from lab.nn.blocks import AttentionContext, ModelConfig
 
 # Attention implementations that take the harness's 4-D mask as it is.
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
@@ -357,7 +357,7 @@ def preflight_hf(cfg: HFModelConfig, head_cfg):
         check_tokenizer_fits(HFTokenizer(folder, "model.tokenizer_path" if cfg.tokenizer_path else "model.path").vocab_size, vocab)
     check_native_block(config, head_cfg)
     if head_cfg.trunk_grad == "lora":
-        from lab.model.lora import add_lora_adapters
+        from lab.nn.lora import add_lora_adapters
 
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.errors import require
-from lab.model.draft_vocab import check_draft_vocab, draft_logits, index_of, restrict_horizon
+from lab.nn.draft_vocab import check_draft_vocab, draft_logits, index_of, restrict_horizon
 from lab.horizon import Horizon, KnownRows
 from lab.model.heads import HeadConfig, SharedParts, head_class, head_config
 from lab.model.trunk_spec import DEFAULT_TRUNK
@@ -83,7 +83,7 @@ class MTPModel(nn.Module):
         if head_cfg.trunk_grad == "frozen":
             freeze_trunk(self)
         if head_cfg.trunk_grad == "lora":
-            from lab.model.lora import add_lora_adapters
+            from lab.nn.lora import add_lora_adapters
 
             add_lora_adapters(self.trunk, head_cfg.lora)
         check_alias_contract(self)

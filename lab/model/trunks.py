@@ -7,9 +7,10 @@ from lab.errors import require
 from lab.model.heads.config import BLOCKS, COMPUTE_MATCH_REMOVES, TRUNK_GRADS
 from lab.model.heads import head_class
 from lab.model.hf_trunk import HFModelConfig, build_hf_trunk, check_native_block, preflight_hf, tokenizer_options
-from lab.model.moe import check_router_options, router_places
+from lab.nn.moe import check_router_options, router_places
 from lab.model.mtp_families import family_path_refusal
-from lab.model.trunk import ModelConfig, Trunk
+from lab.nn.blocks import ModelConfig
+from lab.model.trunk import Trunk
 from lab.model.trunk_spec import TRUNK_SPECS, TrunkSpec, register_trunk, trunk_spec  # noqa: F401  (the lookup, with the families registered)
 
 # ---------------------------------------------------------------- the harness's GPT

@@ -2,7 +2,7 @@
 
 Each job records whether its training steps (run.json `cost.train_contended`) and its decoding
 evaluation (`decode/contended`) were contended: the worker thread got less than most of the wall
-time, or the machine's load exceeded its cores (the rule and its thresholds: lab/training/timing.py).
+time, or the machine's load exceeded its cores (the rule and its thresholds: lab/tracking/timing.py).
 A contended wall time measures the machine, not the variant. So:
 
 - every speed in the report carries the flag;
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from lab.report.records import finite
 from lab.report.table import Variant
-from lab.training.timing import RULE
+from lab.tracking.timing import RULE
 
 
 

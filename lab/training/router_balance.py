@@ -26,7 +26,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from lab.model.moe import RouterConfig, RouterPlace, RouterTap, router_places, tokens_per_expert, valid_rows
+from lab.nn.moe import RouterConfig, RouterPlace, RouterTap, router_places, tokens_per_expert, valid_rows
 from lab.objective.distributed import all_reduce_sum
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 
 from lab.model.heads import sharding_units  # head-owned: each head class names its units
-from lab.model.trunk import Block
+from lab.nn.blocks import Block
 from lab.training.master_weights import gather_master_grads
 
 

@@ -2,13 +2,13 @@
 
 `HEAD_SPECS` maps a name to its spec (lab/model/heads/spec.py). Every consumer reads it — the model
 builds `spec.module`, decoding builds `spec.drafter`, `lab-export --format`, `init_from` and
-`lab-generate` use `spec.release_layouts`, reports read the traits through the functions below, the
+`lab-generate` offer the layouts `spec.release_layouts` names (lab/release/), reports read the traits through the functions below, the
 tests parametrise over `spec.example(k)` — so no code outside a head folder compares head names or
 format names.
 
 A new architecture is one folder `lab/model/heads/<name>/` (its `MTPHead` subclass, a `HeadConfig`
-subclass if it has options of its own, a drafter if the shared independent one does not fit, its
-release layouts, and `SPEC` in its `__init__`), one line in `SPECS` below (or `register_head(spec)`
+subclass if it has options of its own, a drafter if the shared independent one does not fit, and `SPEC`
+in its `__init__`; a release layout of its own goes in lab/release/ and is named by the spec), one line in `SPECS` below (or `register_head(spec)`
 from outside the package) and one YAML in `conf/head/` (docs/heads.md).
 """
 
@@ -20,8 +20,8 @@ from lab.horizon import Horizon, KnownRows, SharedParts, Teacher, endpoint_horiz
 from lab.model.heads.base import MTPHead, NextTokenPath
 from lab.model.heads.config import HeadConfig
 from lab.model.heads.deepseek import DeepSeekConfig
-from lab.model.heads.spec import HeadSpec, InitFromReader, ReleaseLayout
-from lab.model.trunk import Block
+from lab.model.heads.spec import HeadSpec
+from lab.nn.blocks import Block
 
 SPECS = (ntp.SPEC, linear.SPEC, parallel.SPEC, causal.SPEC, anticausal.SPEC, deepseek.SPEC, identity.SPEC, medusa.SPEC)
 
@@ -37,7 +37,7 @@ def register_head(spec: HeadSpec) -> None:
     """Add an architecture defined outside this package (a plugin, a test's toy head); its name and formats must be new."""
     if spec.name in HEAD_SPECS:
         raise ConfigError("head.name", f"'{spec.name}' is registered already")
-    taken = set(spec.release_layouts) & set(release_layouts())
+    taken = set(spec.release_layouts) & set(declared_layouts())
     if taken:
         raise ConfigError("release_layouts", f"format '{sorted(taken)[0]}' is registered already")
     HEAD_SPECS[spec.name] = spec
@@ -70,14 +70,9 @@ def head_class(name: str) -> type[MTPHead]:
     return head_spec(name).module
 
 
-def release_layouts() -> dict[str, ReleaseLayout]:
-    """Every registered head's release layouts by format name (`lab-export --format`), in registry order."""
-    return {name: layout for spec in HEAD_SPECS.values() for name, layout in spec.release_layouts.items()}
-
-
-def init_from_readers() -> dict[str, InitFromReader]:
-    """Every registered head's `init_from` folder readers by the kind the manifest records, in registry order."""
-    return {reader.kind: reader for spec in HEAD_SPECS.values() for reader in spec.init_from_readers}
+def declared_layouts() -> list[str]:
+    """The release layout names every registered head declares (`lab-export --format`), in registry order."""
+    return [name for spec in HEAD_SPECS.values() for name in spec.release_layouts]
 
 
 def display_rank(name: str | None) -> int:
@@ -119,6 +114,6 @@ def head_config(values: Mapping | HeadConfig) -> HeadConfig:
 
 __all__ = [
     "HEAD_SPECS", "DeepSeekConfig", "HeadConfig", "HeadSpec", "Horizon", "KnownRows", "MTPHead", "NextTokenPath",
-    "ReleaseLayout", "SharedParts", "Teacher", "display_rank", "endpoint_horizon", "head_class", "head_config", "head_spec", "heads_that", "init_from_readers",
-    "is_baseline", "register_head", "report_traits", "release_layouts", "sharding_units", "teacher_forced", "unregister_head",
+    "SharedParts", "Teacher", "declared_layouts", "display_rank", "endpoint_horizon", "head_class", "head_config", "head_spec", "heads_that",
+    "is_baseline", "register_head", "report_traits", "sharding_units", "teacher_forced", "unregister_head",
 ]

@@ -19,13 +19,13 @@ from lab.horizon import Horizon, SharedParts, endpoint_horizon
 from lab.inference.proposer import HeadDrafter
 from lab.labels import horizon_mask
 from lab.model.heads.config import HeadConfig
-from lab.model.trunk import AttentionContext, Block, ModelConfig
+from lab.nn.blocks import AttentionContext, Block, ModelConfig
 from lab.schema import field_names, typed
 
 
 @dataclass(frozen=True)
 class NextTokenPath:
-    """What horizon 1 needs from a head, for a next-token-only release (lab/checkpoint/export.py).
+    """What horizon 1 needs from a head, for a next-token-only release (lab/release/export.py).
 
     `blocks`: head state-key prefixes of the transformer blocks horizon 1 runs right after
     the trunk, in order (each becomes one more trunk block of the release).

@@ -9,12 +9,12 @@ import torch
 import torch.nn as nn
 
 from lab.errors import require
-from lab.model.flops import block_forward_flops
+from lab.nn.flops import block_forward_flops
 from lab.model.heads.base import MTPHead, NextTokenPath
 from lab.model.heads.config import HeadConfig
 from lab.model.heads.independent_drafter import IndependentHeads
-from lab.model.native_layers import NativeLayers, layer_forward_flops
-from lab.model.trunk import AttentionContext, Block, ModelConfig
+from lab.nn.native_layers import NativeLayers, layer_forward_flops
+from lab.nn.blocks import AttentionContext, Block, ModelConfig
 
 
 def native_layers(cfg: HeadConfig, model_cfg: ModelConfig) -> NativeLayers | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.errors import ConfigError, is_int, require, require_int
-from lab.model.draft_vocab import check_draft_vocab
+from lab.nn.draft_vocab import check_draft_vocab
 
 UNEMBEDDINGS = ("shared", "replicated")
 # `head.compute_match`'s allowed values, each with the head blocks that take the place of trunk blocks
@@ -22,7 +22,7 @@ COMPUTE_MATCH_REMOVES = {
 # copy_last: every head block starts as a copy of the last trunk block (Medusa-2 / FastMTP)
 INITS = ("random", "copy_last", "copy_first_head")
 INIT_ALIASES = {"copy_last_block": "copy_last"}  # the option's earlier name (manifests of older runs)
-# lab: the harness's Block; native: the HF model's own decoder layer (model=hf; lab/model/native_layers.py)
+# lab: the harness's Block; native: the HF model's own decoder layer (model=hf; lab/nn/native_layers.py)
 BLOCKS = ("lab", "native")
 # detached: horizons ≥ 2 send the trunk no gradient; frozen: trunk, embedding, final norm and
 # unembedding get no gradient at all and no optimizer state (heads trained on a fixed model);
@@ -44,8 +44,8 @@ class HeadConfig:
     block: str = "lab"  # what head blocks (block stacks, DeepSeek depth modules) are made of
     trunk_grad: str = "joint"
     offsets: list[int] | None = None  # horizon k predicts tokens[t + offsets[k-1]]; None: [1..K]
-    lora: dict | None = None  # trunk_grad=lora: r, alpha, dropout, target_modules (lab/model/lora.py)
-    draft_vocab: int | None = None  # horizons ≥ 2 predict over the N most frequent training tokens (lab/model/draft_vocab.py)
+    lora: dict | None = None  # trunk_grad=lora: r, alpha, dropout, target_modules (lab/nn/lora.py)
+    draft_vocab: int | None = None  # horizons ≥ 2 predict over the N most frequent training tokens (lab/nn/draft_vocab.py)
 
     def __post_init__(self) -> None:
         """The fields' checks run here, so a config built in Python (`HeadConfig(...)`, `MTPModel(...)` in a
@@ -68,7 +68,7 @@ class HeadConfig:
             check_offsets(list(self.offsets), self.k)
         check_draft_vocab(self.draft_vocab)  # K = 1: lab/config/unused.py (a sweep job notes it), MTPModel refuses it
         if self.trunk_grad == "lora":
-            from lab.model.lora import lora_settings
+            from lab.nn.lora import lora_settings
 
             lora_settings(self.lora)
 

@@ -21,7 +21,7 @@ from lab.errors import require
 from lab.inference.proposer import head_identity, vocab_identity
 from lab.inference.sampling import TokenChooser
 from lab.inference.tree import ProposalBuffer, TreeShape, build_buffer, ranked_candidates
-from lab.model.draft_vocab import draft_rows_of, logits_on_rows, scatter_to_vocab
+from lab.nn.draft_vocab import draft_rows_of, logits_on_rows, scatter_to_vocab
 
 
 class DraftProjection:

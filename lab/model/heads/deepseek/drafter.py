@@ -22,7 +22,7 @@ import torch.nn as nn
 from lab.inference.proposer import head_identity, vocab_identity
 from lab.inference.sampling import TokenChooser
 from lab.inference.tree import ProposalBuffer, TreeShape, build_buffer
-from lab.model.draft_vocab import draft_rows_of, logits_on_rows
+from lab.nn.draft_vocab import draft_rows_of, logits_on_rows
 
 
 class ChainHead(Protocol):

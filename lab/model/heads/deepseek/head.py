@@ -32,8 +32,8 @@ from lab.model.heads.base import MTPHead
 from lab.model.heads.block_stack import head_block_flops, native_layers
 from lab.model.heads.config import HeadConfig
 from lab.model.heads.deepseek.drafter import DeepSeekChain
-from lab.model.native_layers import NativeLayers
-from lab.model.trunk import AttentionContext, Block, RMSNorm
+from lab.nn.native_layers import NativeLayers
+from lab.nn.blocks import AttentionContext, Block, RMSNorm
 
 HIDDEN_INPUTS = ("pre_norm", "post_norm")
 FUSION_ORDERS = ("he", "eh")

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lab.model.trunk import AttentionContext, apply_rotary
+from lab.nn.blocks import AttentionContext, apply_rotary
 
 
 class StackedBlock:

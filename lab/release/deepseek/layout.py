@@ -5,7 +5,7 @@ layers as `model.layers.{N+d-1}.*`: `enorm`, `hnorm`, `eh_proj` [d, 2d], `shared
 `shared_head.head` [V, d], `embed_tokens` [V, d] and the block's own keys (the decoder layer transformers
 builds for the family's MTP layer), with `num_nextn_predict_layers` = D in config.json.
 
-`lab-export --check` (lab/model/heads/deepseek/check.py) is the loader's verdict: it runs `load_deepseek_folder`, the
+`lab-export --check` (lab/release/deepseek/check.py) is the loader's verdict: it runs `load_deepseek_folder`, the
 code `lab-generate`, `init_from=hf:` and a run from the folder run, and reports its two gates apart: target-only completeness
 (the main model loads with every weight, none quantised, none left over but the MTP layers) and MTP
 completeness (transformers' own MTP loader reads every MTP weight, nothing missing, unexpected or

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # heads import this file, so it never imports the model (no cycle)
-    from lab.model.trunk import ModelConfig
+    from lab.nn.blocks import ModelConfig
 
 BACKWARD_OVER_FORWARD = 2
 

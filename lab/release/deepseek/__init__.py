@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.errors import require
-from lab.model.heads.deepseek.check import check_main
-from lab.model.heads.deepseek.export import export_deepseek
-from lab.model.heads.deepseek.head import DeepSeekHead
-from lab.model.heads.deepseek.load import deepseek_head, is_deepseek_folder, load_deepseek_folder
-from lab.model.heads.spec import InitFromReader, LoadedFolder, ParentWeights, ReleaseIO, ReleaseLayout
+from lab.model.heads import head_class
+from lab.release.deepseek.check import check_main
+from lab.release.deepseek.export import export_deepseek
+from lab.release.deepseek.load import deepseek_head, is_deepseek_folder, load_deepseek_folder
+from lab.release.layout import InitFromReader, LoadedFolder, ParentWeights, ReleaseLayout
 
 HF_PREFIX = "hf:"  # init_from=hf:<folder>: a Hugging Face folder in the DeepSeek MTP layout
 
@@ -19,10 +19,10 @@ def has_tokenizer(folder: Path) -> bool:
     return (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
 
 
-def load_for_generation(folder: Path, io: ReleaseIO) -> LoadedFolder:
+def load_for_generation(folder: Path) -> LoadedFolder:
     from lab.data.hf_tokenizer import HFTokenizer
 
-    imported = load_deepseek_folder(io, folder)
+    imported = load_deepseek_folder(folder)
     return LoadedFolder(imported.model, HFTokenizer(str(folder), "DIR"), imported.proposer_refusal)
 
 
@@ -32,13 +32,13 @@ def identity_file(folder: Path) -> Path:
     return index if index.is_file() else folder / "model.safetensors"
 
 
-def parent_weights(folder: Path, model, io: ReleaseIO) -> ParentWeights:
+def parent_weights(folder: Path, model) -> ParentWeights:
     """A DeepSeek-layout folder as a parent: its main model, and its depths when this run's head drafts the same chain
     (the folder's eh_proj columns put in this head's declared order). A folder without its MTP layers gives a target only."""
     from lab.data.hf_tokenizer import HFTokenizer
 
-    wants_depths = isinstance(model.head, DeepSeekHead)
-    imported = load_deepseek_folder(io, folder, head_order=model.head_cfg.fusion_order if wants_depths else "he")
+    wants_depths = isinstance(model.head, head_class("deepseek"))
+    imported = load_deepseek_folder(folder, head_order=model.head_cfg.fusion_order if wants_depths else "he")
     tokenizer = HFTokenizer(str(folder), "init_from").identity if has_tokenizer(folder) else {}
     state, vocab = imported.model.state_dict(), {"vocab_size": imported.model.trunk.cfg.vocab_size}
     if not wants_depths:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.errors import ConfigError
-from lab.model.heads.deepseek.layout import LayoutReport, inspect_layout
-from lab.model.heads.deepseek.load import load_deepseek_folder
+from lab.release.deepseek.layout import LayoutReport, inspect_layout
+from lab.release.deepseek.load import load_deepseek_folder
 
 
 def report_lines(report: LayoutReport, target: str | None, mtp: str | None, fusion: str) -> list[str]:
@@ -26,11 +26,11 @@ def report_lines(report: LayoutReport, target: str | None, mtp: str | None, fusi
                     else f"MTP layer {layer}: 0 keys" for layer in report.mtp_layer_ids]
 
 
-def check_main(folder: str, io) -> int:
+def check_main(folder: str) -> int:
     """`lab-export --check DIR`: the loader's verdict as the two gates and the details; 1 when a gate fails, else 0."""
     report = inspect_layout(Path(folder))
     try:
-        imported = load_deepseek_folder(io, folder)
+        imported = load_deepseek_folder(folder)
     except ConfigError as error:
         print("\n".join(report_lines(report, str(error), None, "")))
         return 1

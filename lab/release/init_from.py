@@ -15,12 +15,10 @@ from pathlib import Path
 
 import torch
 
-from lab.checkpoint.layouts import RELEASE_IO, layout_of_folder
 from lab.checkpoint.loading import load_checkpoint
 from lab.checkpoint.manifest import plain
 from lab.errors import ConfigError, require
-from lab.model.heads import init_from_readers
-from lab.model.heads.spec import InitFromReader
+from lab.release import InitFromReader, init_from_readers, layout_of_folder
 
 
 def folder_reader(source: str | Path) -> tuple[InitFromReader, Path] | None:
@@ -55,7 +53,7 @@ def parent_weights(kind: str, path: Path, model=None) -> tuple[dict[str, torch.T
     """(model state keyed like MTPModel.state_dict, the parent's model config, its tokenizer identity, its head name)."""
     readers = init_from_readers()
     if kind in readers:
-        parent = readers[kind].read(path.parent, model, RELEASE_IO)
+        parent = readers[kind].read(path.parent, model)
         return parent.state, parent.model, parent.tokenizer, parent.head
     if kind == "release":
         from safetensors.torch import load_file
@@ -107,6 +105,6 @@ def load_parent_weights(model, source: str, tokenizer: dict | None = None) -> di
     model.load_state_dict(state, strict=False)
     if not any(key.startswith("head.") for key in state):
         model.head.initialize(model.trunk)  # head init options (copy_last, …) read the loaded trunk
-    from lab.checkpoint.export import sha256_file
+    from lab.release.export import sha256_file
 
     return {"source": str(Path(source).resolve()), "kind": kind, "sha256": sha256_file(path)}

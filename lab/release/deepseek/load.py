@@ -1,6 +1,6 @@
 """Load a DeepSeek-layout folder into the harness under the alias contract of docs/releases.md.
 
-`load_deepseek_folder(io, DIR)` is what `lab-generate DIR`, `init_from=hf:DIR` and `lab-export --check DIR` run:
+`load_deepseek_folder(DIR)` is what `lab-generate DIR`, `init_from=hf:DIR` and `lab-export --check DIR` run:
 
 - the main model is transformers' own, read from DIR (`model=hf model.path=DIR`) with every weight accounted
   for (lab/model/hf_weights.py: nothing missing, unexpected or mis-shaped, nothing quantised);
@@ -25,10 +25,11 @@ from pathlib import Path
 
 import torch
 
-from lab.model.heads.deepseek.fusion_order import projection_in_order, runtime_fusion_order
-from lab.model.heads.deepseek.layout import LayoutReport, inspect_layout
+from lab.release.deepseek.fusion_order import projection_in_order, runtime_fusion_order
+from lab.release.deepseek.layout import LayoutReport, inspect_layout
 from lab.model.mtp_families import family_refusal
 from lab.model.hf_weights import load_report_problem, tensor_table
+from lab.model.mtp import build_model
 
 # (the folder's key under model.layers.{L}., the trunk part it must equal)
 ALIASED = (("embed_tokens.weight", "embedding", lambda trunk: trunk.embed.weight),
@@ -81,11 +82,10 @@ def static_problem(report: LayoutReport) -> str | None:
     return family_refusal(report.family) or report.first_mtp_problem or None
 
 
-def load_deepseek_folder(io, folder: str | Path, *, head_order: str = "he", dtype: str = "float32",
+def load_deepseek_folder(folder: str | Path, *, head_order: str = "he", dtype: str = "float32",
                          attn_implementation: str = "sdpa") -> ImportedFolder:
-    """The folder as an MTPModel (built by `io.build_model`, a lab.model.heads.spec.ReleaseIO); `head_order`: the loaded
+    """The folder as an MTPModel; `head_order`: the loaded
     head's fusion order. A damaged main model is a ConfigError."""
-    build_model = io.build_model
     folder = Path(folder)
     report = inspect_layout(folder)
     model_cfg = {"name": "hf", "path": str(folder), "dtype": dtype, "attn_implementation": attn_implementation}

@@ -28,8 +28,9 @@ from pathlib import Path
 import torch
 
 from lab.errors import require
-from lab.model.heads.deepseek.fusion_order import projection_in_order, runtime_fusion_order
-from lab.model.heads.deepseek.head import DeepSeekHead
+from lab.model.heads import head_class
+from lab.release.deepseek.fusion_order import projection_in_order, runtime_fusion_order
+from lab.release.hf_folder import honour_umask_in, staged_folder, transformers_tokenizer
 from lab.model.mtp_families import MTP_FAMILIES, family_refusal
 
 SHARD_SIZE = "2GB"
@@ -46,7 +47,7 @@ def family_export_refusal(config) -> str | None:
 
 def check_exportable(model) -> None:
     head_cfg = model.head_cfg
-    require(isinstance(model.head, DeepSeekHead), "--format", f"deepseek exports head=deepseek runs; this checkpoint's head is '{head_cfg.name}'")
+    require(isinstance(model.head, head_class("deepseek")), "--format", f"deepseek exports head=deepseek runs; this checkpoint's head is '{head_cfg.name}'")
     require(model.trunk.transformers_model is not None, "--format", "deepseek needs a model=hf trunk of a family with MTP layers; this run trains the harness's GPT")
     refusal = family_export_refusal(model.trunk.hf.config.get_text_config())
     require(refusal is None, "--format", refusal or "")
@@ -63,7 +64,7 @@ def trunk_state(model) -> tuple[dict[str, torch.Tensor], object]:
     """(state dict, config) of the transformers model the export starts from (LoRA merged into a copy)."""
     hf = model.trunk.hf
     if "peft_model" in model.trunk.__dict__:
-        from lab.model.lora import merged_copy
+        from lab.nn.lora import merged_copy
 
         hf = merged_copy(model.trunk)
     return {key: value.detach().clone().contiguous() for key, value in hf.state_dict().items()}, hf
@@ -85,27 +86,26 @@ def mtp_layer_state(model, n_main: int) -> dict[str, torch.Tensor]:
     return {key: value.detach().clone().contiguous() for key, value in state.items()}  # own storage: no shared tensors on disk
 
 
-def export_deepseek(checkpoint: dict, out: Path, model, io) -> str:
+def export_deepseek(checkpoint: dict, out: Path, model) -> str:
     """`lab-export --format deepseek`: `out` from a checkpoint loaded as `model`, with the run's tokenizer; the verdict's lines."""
-    from lab.model.heads.deepseek.check import report_lines
+    from lab.release.deepseek.check import report_lines
 
     check_exportable(model)
-    verdict = write_deepseek_folder(io, model, out, io.transformers_tokenizer(checkpoint.get("mtp_tokenizer"), checkpoint["mtp_manifest"]))
+    verdict = write_deepseek_folder(model, out, transformers_tokenizer(checkpoint.get("mtp_tokenizer"), checkpoint["mtp_manifest"]))
     return "\n".join(report_lines(verdict.report, None, verdict.mtp_problem, verdict.fusion_line))
 
 
-def write_deepseek_folder(io, model, out: Path, tokenizer=None):
-    """Write `out` (all or nothing) from `model`; returns the verdict of the loader `--check` runs on what was written.
-    `io`: the file helpers and model builder of the layers above (lab.model.heads.spec.ReleaseIO)."""
+def write_deepseek_folder(model, out: Path, tokenizer=None):
+    """Write `out` (all or nothing) from `model`; returns the verdict of the loader `--check` runs on what was written."""
     from huggingface_hub import save_torch_state_dict
 
-    from lab.model.heads.deepseek.load import load_deepseek_folder
+    from lab.release.deepseek.load import load_deepseek_folder
 
     check_exportable(model)
     state, hf = trunk_state(model)
     n_main = hf.config.get_text_config().num_hidden_layers
     state |= mtp_layer_state(model, n_main)
-    with io.staged_folder(out) as tmp:
+    with staged_folder(out) as tmp:
         hf.config.save_pretrained(tmp)
         config = json.loads((tmp / "config.json").read_text())
         config.pop("num_mtp_layers", None)
@@ -114,10 +114,10 @@ def write_deepseek_folder(io, model, out: Path, tokenizer=None):
         save_torch_state_dict(state, tmp, max_shard_size=SHARD_SIZE)
         if not (tmp / "model.safetensors.index.json").is_file():  # one shard: the index is written anyway (the layout's)
             write_single_shard_index(tmp, state)
-        io.honour_umask_in(tmp)  # safetensors writes its files 0600
+        honour_umask_in(tmp)  # safetensors writes its files 0600
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        verdict = load_deepseek_folder(io, tmp)
+        verdict = load_deepseek_folder(tmp)
         if verdict.mtp_problem is not None:
             raise RuntimeError(f"export: the written folder fails its own MTP gate: {verdict.mtp_problem}")
     verdict.report.folder = out

@@ -49,10 +49,6 @@ MACHINE_STATE_NAME = re.compile(
     r"load_start|load_end|contended|mfu|speedup(_cpu)?(_q[13])?)$")
 
 
-def is_machine_state(name: str) -> bool:
-    return MACHINE_STATE_NAME.search(name) is not None
-
-
 def machine_cores() -> int:
     return os.cpu_count() or 1
 

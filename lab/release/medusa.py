@@ -26,8 +26,12 @@ from pathlib import Path
 import torch
 
 from lab.errors import require
-from lab.model.heads.medusa.head import MedusaHead
-from lab.model.heads.spec import InitFromReader, LoadedFolder, ParentWeights, ReleaseIO, ReleaseLayout
+from lab.checkpoint.files import honour_umask
+from lab.checkpoint.manifest import plain
+from lab.model.heads import head_class
+from lab.model.mtp import build_model
+from lab.release.hf_folder import staged_folder, write_trunk_folder
+from lab.release.layout import InitFromReader, LoadedFolder, ParentWeights, ReleaseLayout
 
 MEDUSA_FORMAT = 1
 VLLM_MODEL_TYPE = "medusa"  # vLLM's MedusaConfig.model_type
@@ -57,18 +61,18 @@ def points_at_base(model) -> bool:
     return identity["path"] is not None and model.head_cfg.trunk_grad == "frozen"
 
 
-def export_medusa(checkpoint: dict, out: Path, model, io: ReleaseIO) -> str:
+def export_medusa(checkpoint: dict, out: Path, model) -> str:
     """Write `out` (all or nothing) from a model=hf, head=medusa checkpoint loaded as `model`; returns what lab-export prints."""
     from safetensors.torch import save_file
 
-    require(isinstance(model.head, MedusaHead), "--format", f"medusa exports head=medusa runs; this checkpoint's head is '{model.head_cfg.name}'")
+    require(isinstance(model.head, head_class("medusa")), "--format", f"medusa exports head=medusa runs; this checkpoint's head is '{model.head_cfg.name}'")
     require(model.trunk.transformers_model is not None, "--format", "medusa needs a model=hf trunk (vLLM serves a Hugging Face base); this run trains the harness's GPT")
     trunk, head_cfg = model.trunk, model.head_cfg
-    with io.staged_folder(out) as tmp:
+    with staged_folder(out) as tmp:
         if points_at_base(model):
             base = dict(trunk.base_identity)
         else:
-            io.write_trunk_folder(checkpoint, model, tmp / "base")
+            write_trunk_folder(checkpoint, model, tmp / "base")
             base = {**base_identity_of_folder(tmp / "base", trunk.hf.config), "path": "base"}
         config = {
             "model_type": VLLM_MODEL_TYPE, "architectures": ["MedusaModel"],
@@ -76,11 +80,11 @@ def export_medusa(checkpoint: dict, out: Path, model, io: ReleaseIO) -> str:
             "num_heads": model.k - 1, "num_hidden_layers": head_cfg.n_layers,
             "medusa_fc_bias": True, "original_lm_head": head_cfg.unembedding == "shared",
             "base_model": base,
-            "lab": {"format": MEDUSA_FORMAT, "head": io.plain(head_cfg), "final_norm": "after_blocks",
+            "lab": {"format": MEDUSA_FORMAT, "head": plain(head_cfg), "final_norm": "after_blocks",
                     "dtype": model.model_cfg.dtype, "attn_implementation": model.model_cfg.attn_implementation},
         }
         save_file(medusa_tensors(model), tmp / "model.safetensors", metadata={"format": "pt"})
-        io.honour_umask(tmp / "model.safetensors")
+        honour_umask(tmp / "model.safetensors")
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
     print(VLLM_NORM_NOTE, file=sys.stderr)
     return f"medusa folder: {out} ({config['num_heads']} heads × {config['num_hidden_layers']} blocks; base: {config['base_model']['path']})"
@@ -110,8 +114,8 @@ def is_medusa_folder(path: Path) -> bool:
     return isinstance(values, dict) and values.get("model_type") == VLLM_MODEL_TYPE
 
 
-def load_medusa(io: ReleaseIO, folder: str | Path):
-    """The MTPModel of a Medusa export (built by `io.build_model`), in eval mode: the base it points at (identity checked) and the heads."""
+def load_medusa(folder: str | Path):
+    """The MTPModel of a Medusa export in eval mode: the base it points at (identity checked) and the heads."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -124,7 +128,7 @@ def load_medusa(io: ReleaseIO, folder: str | Path):
     head = {**lab["head"], "name": "medusa", "k": config["num_heads"] + 1, "n_layers": config["num_hidden_layers"],
             "unembedding": "shared" if config["original_lm_head"] else "replicated", "trunk_grad": "frozen",
             "draft_vocab": None}  # the layout holds no draft ids: its heads draft over the full vocabulary
-    model = io.build_model({"name": "hf", "path": str(base_path), "dtype": lab.get("dtype", "float32"),
+    model = build_model({"name": "hf", "path": str(base_path), "dtype": lab.get("dtype", "float32"),
                          "attn_implementation": lab.get("attn_implementation", "sdpa")}, head)
     built = model.trunk.base_identity
     for key in ("config_sha256", "weights_sha256"):
@@ -161,13 +165,13 @@ def medusa_tokenizer(folder: str | Path):
     return HFTokenizer(str(folder / pointer if not Path(pointer).is_absolute() else pointer), "base_model")
 
 
-def load_for_generation(folder: Path, io: ReleaseIO) -> LoadedFolder:
-    return LoadedFolder(load_medusa(io, folder), medusa_tokenizer(folder))
+def load_for_generation(folder: Path) -> LoadedFolder:
+    return LoadedFolder(load_medusa(folder), medusa_tokenizer(folder))
 
 
-def parent_weights(folder: Path, model, io: ReleaseIO) -> ParentWeights:
+def parent_weights(folder: Path, model) -> ParentWeights:
     """A `lab-export --format medusa` folder as a parent of `init_from`: its base (identity checked) and its heads."""
-    medusa = load_medusa(io, folder)
+    medusa = load_medusa(folder)
     return ParentWeights(medusa.state_dict(), {"vocab_size": medusa.trunk.cfg.vocab_size}, medusa_tokenizer(folder).identity, medusa.head_cfg.name)
 
 

@@ -51,7 +51,7 @@ def write_trunk_folder(checkpoint: dict, model, folder: Path) -> None:
     tokenizer = transformers_tokenizer(checkpoint.get("mtp_tokenizer"), checkpoint["mtp_manifest"])
     hf = model.trunk.hf
     if "peft_model" in model.trunk.__dict__:
-        from lab.model.lora import merged_copy
+        from lab.nn.lora import merged_copy
 
         hf = merged_copy(model.trunk)
     with torch.no_grad():

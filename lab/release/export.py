@@ -35,9 +35,8 @@ from lab.checkpoint.weight_check import check_weights
 from lab.errors import ConfigError, require
 from lab.checkpoint.files import honour_umask
 from lab.checkpoint.base_model import base_state_keys, check_same_base, with_base_weights
-from lab.checkpoint.export_hf import check_out_folder
-from lab.model.heads import release_layouts
-from lab.model.heads.spec import ReleaseLayout
+from lab.release import ReleaseLayout, checking_layout, layout_of_folder, release_layouts
+from lab.release.hf_folder import check_out_folder
 from lab.model.hf_weights import audit_folder
 from lab.model.mtp import MTPModel, build_model
 
@@ -249,7 +248,7 @@ def write_lab_release(args) -> None:
 
 
 def write_hf_folder(args) -> None:
-    from lab.checkpoint.export_hf import export_hf
+    from lab.release.hf_folder import export_hf
 
     check_out_folder(Path(args.out))
     checkpoint = load_checkpoint(args.ckpt)
@@ -258,13 +257,11 @@ def write_hf_folder(args) -> None:
 
 
 def write_head_layout(layout: ReleaseLayout):
-    """The writer of `--format <layout.name>`: a release layout a head folder declares (lab/checkpoint/layouts.py)."""
+    """The writer of `--format <layout.name>`: a release layout a head's spec names (lab/release/)."""
     def write(args) -> None:
-        from lab.checkpoint.layouts import RELEASE_IO
-
         check_out_folder(Path(args.out))
         checkpoint = load_checkpoint(args.ckpt)
-        print(layout.export(checkpoint, Path(args.out), model_from_checkpoint(checkpoint), RELEASE_IO))
+        print(layout.export(checkpoint, Path(args.out), model_from_checkpoint(checkpoint)))
 
     return write
 
@@ -305,15 +302,13 @@ def check_own_release(folder: Path) -> int:
 
 def check_folder(folder: str) -> int:
     """`lab-export --check DIR`: the harness's own release by its own rules, else the verdict of the release layout
-    that checks DIR (lab/checkpoint/layouts.py)."""
-    from lab.checkpoint.layouts import RELEASE_IO, checking_layout, layout_of_folder
-
+    that checks DIR (lab/release/)."""
     path = Path(folder)
     if layout_of_folder(path) is None and is_own_release(path):
         return check_own_release(path)
     layout = checking_layout(path)
     require(layout is not None, "--check", "no registered release layout checks folders")
-    return layout.check(folder, RELEASE_IO)
+    return layout.check(folder)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from lab.config.paths import CONF_DIR as CONF_PATH
 from lab.config.checks import check_config
 from lab.tracking.console import current_wandb_run, quiet_csv_overwrite, quiet_known_noise, summary_line
 from lab.tracking.csv_history import keep_csv_history
@@ -43,7 +44,7 @@ from lab.tracking.wandb_status import finish_wandb, mark_wandb_run_failed
 if TYPE_CHECKING:
     from lab.model.heads import HeadConfig
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(CONF_PATH)  # as hydra.main takes it
 
 
 def build(cfg: DictConfig, record: RunRecord | None = None):

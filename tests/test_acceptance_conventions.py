@@ -8,7 +8,7 @@ import torch
 
 from lab.decode import generate
 from lab.decode.evaluation import evaluate_decoding
-from lab.inference.ledger import acceptance_conventions, ledger, ledger_line, merge, path_bounds, record_round, settle_paths
+from lab.decode_core.ledger import RoundLedger, acceptance_conventions, ledger, ledger_line, merge, path_bounds
 from tests.helpers import build_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -113,17 +113,15 @@ ROUNDS = [  # (output index of the frontier, rank-0 drafts, accepted path length
 ]
 
 
-def settled(rounds) -> dict:
-    stats = {}
+def settled(rounds, paths: bool = True) -> dict:
+    ledger = RoundLedger(3)
     for round_ in rounds:
-        record_round(stats, *round_)
-    settle_paths(stats, OUT, 3)
-    return stats
+        ledger.record_path(*round_)
+    return ledger.stats(OUT, paths)
 
 
 def test_hand_built_rounds_give_path_acceptance_and_its_frechet_bounds():
     got = settled(ROUNDS)
-    assert "_path_rounds" not in got
     assert got["top1_checked_rounds"] == 4 and got["top1_match_by_position"] == [4, 2, 3]
     assert got["top1_all_match"] == 1 and got["path_full_accepted"] == 2
     assert got["top1_by_position"] == [1.0, 0.5, 0.75]
@@ -131,6 +129,20 @@ def test_hand_built_rounds_give_path_acceptance_and_its_frechet_bounds():
     assert got["frechet_lower"] == pytest.approx(0.25)  # max(0, 1 + 0.5 + 0.75 - 3 + 1)
     assert got["frechet_upper"] == 0.5  # min a_j
     assert got["frechet_lower"] <= got["top1_all"] <= got["frechet_upper"]
+    assert "top1_all" not in settled(ROUNDS, paths=False)  # a decoder that does not draft reports no paths
+
+
+def test_the_ledger_counts_rounds_by_position_and_rate():
+    """Three hand-built rounds: 3 drafts of which 2 pass, 1 of which 0 pass, 2 of which 2 pass (the request stops)."""
+    ledger = RoundLedger(3, target_forwards=1)
+    for proposed, accepted, emitted, stopped in ((3, 2, 3, False), (1, 0, 1, False), (2, 2, 2, True)):
+        ledger.target_forwards += 1
+        ledger.count_round(proposed, accepted, emitted, stopped)
+    got = ledger.stats(list(range(7)), paths=False)  # the prefill's token + 6
+    assert (got["rounds"], got["target_forwards"], got["emitted"], got["tokens_per_forward"]) == (3, 4, 7, 7 / 4)
+    assert got["proposed_by_position"] == [3, 2, 1] and got["accepted_by_position"] == [2, 2, 0]
+    assert got["accept_by_position"] == [2 / 3, 1.0, 0.0] and got["reach_by_position"] == [2 / 3, 2 / 3, 0.0]
+    assert got["mean_accepted"] == pytest.approx(4 / 3) and got["stopped_by_round"] == [False, False, True]
 
 
 def test_frechet_bounds_of_the_seed_example():

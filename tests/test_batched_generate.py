@@ -9,7 +9,7 @@ import torch
 from lab.decode import generate
 from lab.decode.batched import decode_rows
 from lab.errors import ConfigError
-from lab.inference.sampling import TokenChooser, distribution
+from lab.decode_core.sampling import TokenChooser, distribution
 from tests.head_cases import case, cases, split, without
 from tests.helpers import build_model, make_batch
 
@@ -49,6 +49,16 @@ def test_each_row_stops_at_its_own_eos_and_budget():
     assert len(batched[row].tokens) == stop + 1 == batched[row].stats["emitted"] and batched[row].stats["mean_accept_len"] == 1.0
     assert any(len(g.tokens) == 10 for g in batched)  # and another row ran to its budget meanwhile
     assert generate(model, [torch.tensor(p) for p in PROMPTS], 0)[1].tokens == []
+
+
+def test_a_plain_batch_counts_the_target_forwards_it_shared():
+    """Every request rides on the batch's passes: the prefill and one step per further token of the longest output
+    (the ledger once reported 0 here while its tokens per forward read the batch's count)."""
+    model = model_for("parallel", 3, {})
+    batched = generate(model, [torch.tensor(p) for p in PROMPTS], 10)
+    for g in batched:
+        assert (g.stats["target_forwards"], g.stats["rounds"], g.stats["emitted"]) == (10, 9, 10)
+        assert g.stats["tokens_per_forward"] == 1.0 == g.stats["mean_accept_len"]
 
 
 class RecordingChooser(TokenChooser):

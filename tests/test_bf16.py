@@ -1,7 +1,7 @@
 """model.dtype=bfloat16 on a transformers trunk: every head family trains with float32 losses and decodes exactly.
 
 Head-private weights follow the trunk's dtype (lab/model/mtp.py), losses are computed on float32 logits
-(lab/objective/backward.py), distributions in float64 (lab/inference/sampling.py). Exactness tests proper
+(lab/objective/backward.py), distributions in float64 (lab/decode_core/sampling.py). Exactness tests proper
 stay in float64/float32 (tests/test_hf_decode.py); here the bf16 claim is tested as far as bf16 allows:
 """
 

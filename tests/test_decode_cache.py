@@ -1,4 +1,4 @@
-"""KV-cached incremental decoding (lab/inference/cache.py, target.py, proposers.py) equals full forwards.
+"""KV-cached incremental decoding (lab/decode_core/cache.py, target.py, proposers.py) equals full forwards.
 
 Every head architecture, compute matching on and off, tied and untied embeddings, in
 float64: the logits of each cached step equal a no-cache forward over the same sequence
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.inference.sampling import TokenChooser
-from lab.inference.target import TRUNK, CachedModel
+from lab.decode_core.sampling import TokenChooser
+from lab.decode_core.target import TRUNK, CachedModel
 from lab.model.heads.deepseek.drafter import DeepSeekChain
 from lab.model.heads.independent_drafter import IndependentHeads
 from tests.head_cases import case, cases, split

@@ -18,7 +18,7 @@ import itertools
 import pytest
 import torch
 
-import lab.inference.acceptance as acceptance
+import lab.decode_core.acceptance as acceptance
 from lab.decode import generate
 from tests.head_cases import case, split, without
 from tests.helpers import make_batch, model_config

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import lab.inference.acceptance as acceptance
+import lab.decode_core.acceptance as acceptance
 from lab.decode import generate
 from lab.decode.ngram import NgramIndex, PromptLookup
 from lab.errors import ConfigError
-from lab.inference.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
+from lab.decode_core.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
 from tests.helpers import build_model
 from tests.test_decode_law import assert_same_law, enumerated_law, law_case, tiny
 from tests.test_speculative import exact_law, fit_counting, model64
@@ -148,10 +148,13 @@ def test_a_wrong_point_mass_residual_is_caught(monkeypatch):
     ({"ngram": {}, "tree": []}, r"^tree: must be a list of widths"),
 ])
 def test_bad_prompt_lookup_settings_are_refused_in_one_line(options, message):
-    model = build_model("parallel", 3).double().eval()
-    options = {"speculative": True, **options}
+    assert_speculative_options_refused(options, message)
+
+
+def assert_speculative_options_refused(options: dict, message: str) -> None:
+    """Speculative `generate` on a K=3 parallel model with `options` stops with one line matching `message`."""
     with pytest.raises(ConfigError, match=message):
-        generate(model, torch.tensor([1, 2, 3]), 4, **options)
+        generate(build_model("parallel", 3).double().eval(), torch.tensor([1, 2, 3]), 4, **{"speculative": True, **options})
 
 
 def test_more_draft_tokens_than_the_context_allows_are_refused():

@@ -13,11 +13,11 @@ from lab.decode import generate
 from lab.decode.ngram import NgramIndex, NgramProposer, PromptLookup, copy_on
 from lab.decode.suffix import SuffixIndex, SuffixProposer
 from lab.errors import ConfigError
-from lab.inference.ledger import ledger
-from lab.inference.tree import ProposalBuffer, TreeShape
+from lab.decode_core.ledger import ledger
+from lab.decode_core.tree import ProposalBuffer, TreeShape
 from tests.helpers import build_model
 from tests.test_decode_law import assert_same_law, enumerated_law, law_case, tiny
-from tests.test_decode_ngram import repeating_prompts
+from tests.test_decode_ngram import assert_speculative_options_refused, repeating_prompts
 from tests.test_speculative import exact_law, fit_counting, model64
 
 
@@ -201,10 +201,7 @@ def test_the_ledger_reports_each_drafters_rounds():
     ({"confidence": 0.5, "speculative": False}, r"^confidence: gates the drafts that the model verifies"),
 ])
 def test_bad_drafter_settings_are_refused_in_one_line(options, message):
-    model = build_model("parallel", 3).double().eval()
-    options = {"speculative": True, **options}
-    with pytest.raises(ConfigError, match=message):
-        generate(model, torch.tensor([1, 2, 3]), 4, **options)
+    assert_speculative_options_refused(options, message)
 
 
 def test_choosing_on_a_model_without_heads_is_refused():

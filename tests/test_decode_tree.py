@@ -1,4 +1,4 @@
-"""Draft trees and batched draft stacks (lab/inference/tree.py, acceptance.accept_tree, cache.commit_rows, heads' decode_drafter)."""
+"""Draft trees and batched draft stacks (lab/decode_core/tree.py, acceptance.accept_tree, cache.commit_rows, heads' decode_drafter)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import torch
 from lab.decode import generate
 from lab.decode.generate import Decoder
 from lab.errors import ConfigError
-from lab.inference.sampling import TokenChooser
-from lab.inference.target import CachedModel
-from lab.inference.tree import TreeShape, tree_shape
+from lab.decode_core.sampling import TokenChooser
+from lab.decode_core.target import CachedModel
+from lab.decode_core.tree import TreeShape, tree_shape
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from tests.head_cases import case, split, without
@@ -278,7 +278,7 @@ def test_measured_path_agreement_lies_inside_its_frechet_bounds(temperature, fit
 
 
 def test_tree_for_budget_adds_the_most_likely_nodes_first():
-    from lab.inference.tree import tree_for_budget
+    from lab.decode_core.tree import tree_for_budget
 
     # a = [0.5, 0.5]: node values (0,) .5, (1,) .25, (0,0) .25, (2,) .125, (0,1) .125, (1,0) .125 …
     shape = tree_for_budget([0.5, 0.5], 3)

@@ -142,8 +142,8 @@ def test_greedy_speculative_equals_plain_and_drafts_stay_in_the_set(trunk, head)
 
 
 def test_a_greedy_tree_never_takes_an_id_outside_the_set():
-    from lab.inference.sampling import TokenChooser
-    from lab.inference.tree import ranked_candidates
+    from lab.decode_core.sampling import TokenChooser
+    from lab.decode_core.tree import ranked_candidates
 
     model = tiny({"name": "parallel", "k": 3})
     logits = model.horizon_logits(2, torch.randn(2, 8, dtype=torch.float64))  # [2, V]: -inf outside the 3 ids

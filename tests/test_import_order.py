@@ -1,9 +1,9 @@
 """Each decoding-core and head module imports on its own, first, in a fresh import of lab.
 
-Heads import the core's model-free modules (tree, sampling, proposer), while core modules that
-read lab.model (cache, target, moe_ledger) start lab.model's package, which imports the heads.
-A head that imported one of those would find it half-initialised when the core is imported
-first: the layout test sees no cycle between modules, only this import order shows it.
+Heads import the decoding core's modules (tree, sampling, proposer) and the building blocks (lab.nn);
+release layouts import the heads' registry. A module whose imports start a package that comes back to
+it would find itself half-initialised when it is imported first: the layout test sees no cycle between
+modules, only this import order shows it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.cli import REPO, SUBPROCESS_TIMEOUT, cli_env
 FIRST_IMPORTS = """
 import importlib, pkgutil, sys
 import torch  # loaded once: only lab's modules are imported afresh
-packages = ("lab.nn", "lab.inference", "lab.model.heads", "lab.release")
+packages = ("lab.nn", "lab.decode_core", "lab.model.heads", "lab.release")
 modules = [p + "." + m.name for p in packages for m in pkgutil.iter_modules(importlib.import_module(p).__path__)] + ["lab.decode"]
 for module in modules:
     for name in [n for n in sys.modules if n == "lab" or n.startswith("lab.")]:

@@ -17,13 +17,12 @@ from tests.head_cases import HEAD_NAMES
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
 # Lower first: each unit imports only units before it (and itself). A unit is a package or module under lab/,
-# or a dotted part of one. Tensor building blocks (nn) and data sit below the decoding core (inference, model-free);
+# or a dotted part of one. Tensor building blocks (nn) and data sit below the decoding core (decode_core, model-free);
 # the heads are written against the core, the model (trunks, the MTP model, cost, compile) is assembled from them.
 # Release formats (release) read and write through the model and the checkpoint files; training and the decoding
 # application (decode) drive them all. Tracking (console, CSV history, wandb, measured time) needs only the first modules.
-LAYERS = ["errors", "schema", "labels", "horizon", "data", "tracking", "nn", "inference", "model.heads", "model",
-          "objective", "checkpoint", "release", "training", "decode", "eval", "callbacks", "config", "report", "run", "train",
-          "eval.base", "eval.cli"]  # the evaluation itself sits below the callbacks; its CLI (a base from the configs) on top
+LAYERS = ["errors", "schema", "labels", "horizon", "data", "tracking", "nn", "decode_core", "model.heads", "model",
+          "objective", "checkpoint", "release", "training", "decode", "eval", "callbacks", "config", "report", "run", "train"]
 
 
 def module_name(path: Path) -> str:
@@ -91,7 +90,7 @@ def test_no_import_runs_upward():
 
 def test_heads_and_the_decoding_core_never_import_the_decoding_application():
     """A head's drafter and the core it is written against stay below generate, batching, the CLI and loading."""
-    assert imports_into(import_graph(), {"inference", "model.heads"}, "decode") == []
+    assert imports_into(import_graph(), {"decode_core", "model.heads"}, "decode") == []
 
 
 def reachable(graph: dict[str, set[str]], sources: set[str]) -> set[str]:
@@ -160,13 +159,13 @@ def test_the_checks_see_a_violation():
     """The instruments themselves: upward edges, core/head imports of the application and a name comparison are found."""
     rank = {name: i for i, name in enumerate(LAYERS)}
     assert rank[unit("lab.report.render")] > rank[unit("lab.model.mtp")]  # model -> report would be upward
-    wrong = {"lab.inference.target": {"lab.decode.generate", "lab.model.mtp"}, "lab.model.heads.deepseek.drafter": {"lab.decode.loading"},
+    wrong = {"lab.decode_core.target": {"lab.decode.generate", "lab.model.mtp"}, "lab.model.heads.deepseek.drafter": {"lab.decode.loading"},
              "lab.nn.blocks": {"lab.model.heads.base"}, "lab.model": {"lab.model.mtp"}, "lab.decode.proposers": {"lab.model.heads"},
-             "lab.inference.cache": {"lab.model.trunk"}, "lab.checkpoint.files": {"lab.release.hf_folder"}}
-    assert upward_imports(wrong) == ["lab.checkpoint.files -> lab.release.hf_folder", "lab.inference.cache -> lab.model.trunk",
-                                     "lab.inference.target -> lab.decode.generate", "lab.inference.target -> lab.model.mtp",
+             "lab.decode_core.cache": {"lab.model.trunk"}, "lab.checkpoint.files": {"lab.release.hf_folder"}}
+    assert upward_imports(wrong) == ["lab.checkpoint.files -> lab.release.hf_folder", "lab.decode_core.cache -> lab.model.trunk",
+                                     "lab.decode_core.target -> lab.decode.generate", "lab.decode_core.target -> lab.model.mtp",
                                      "lab.model.heads.deepseek.drafter -> lab.decode.loading", "lab.nn.blocks -> lab.model.heads.base"]
-    assert imports_into(wrong, {"inference", "model.heads"}, "decode") == ["lab.inference.target -> lab.decode.generate",
+    assert imports_into(wrong, {"decode_core", "model.heads"}, "decode") == ["lab.decode_core.target -> lab.decode.generate",
                                                                            "lab.model.heads.deepseek.drafter -> lab.decode.loading"]
     assert folder_imports({"lab.release.medusa": {"lab.model.heads", "lab.model.heads.medusa.head"}}, ("medusa",)) == [
         "lab.release.medusa -> lab.model.heads.medusa.head"]

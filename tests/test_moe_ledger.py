@@ -1,4 +1,4 @@
-"""The MoE runtime ledger (lab/inference/moe_ledger.py) against what one can count by hand on a tiny deepseek_v3 (random weights)."""
+"""The MoE runtime ledger (lab/decode_core/moe_ledger.py) against what one can count by hand on a tiny deepseek_v3 (random weights)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lab.decode.generate import generate
-from lab.inference.moe_ledger import MoELedger, fit_expert_term, ledger_line
+from lab.decode_core.moe_ledger import MoELedger, fit_expert_term, ledger_line
 from lab.nn.moe import RouterTap, router_places
 from lab.model.mtp import build_model
 from tests.moe_fixtures import MOE_FAMILIES, moe_model_config

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from lab.errors import ConfigError
-from lab.inference.sampling import TokenChooser
-from lab.inference.target import CachedModel
+from lab.decode_core.sampling import TokenChooser
+from lab.decode_core.target import CachedModel
 from lab.model.heads.deepseek.drafter import DeepSeekChain
 from lab.model.mtp import build_model
 from lab.nn.native_layers import native_decoder_layer

@@ -14,7 +14,7 @@ import torch
 
 from lab.errors import ConfigError
 from experiments.benchmarks.marginal_oracle import marginal_laws, oracle_decode
-from lab.inference.sampling import TokenChooser
+from lab.decode_core.sampling import TokenChooser
 from lab.model.mtp import build_model
 from tests.helpers import hf_llama_config, make_batch
 

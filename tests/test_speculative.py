@@ -11,9 +11,9 @@ import torch
 from lab.decode import generate, select_mtp_one
 from lab.decode.generate import Decoder
 from lab.errors import ConfigError
-from lab.inference.acceptance import select
-from lab.inference.sampling import TokenChooser, sample, uniform
-from lab.inference.target import CachedModel
+from lab.decode_core.acceptance import select
+from lab.decode_core.sampling import TokenChooser, sample, uniform
+from lab.decode_core.target import CachedModel
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from tests.head_cases import case, split, without

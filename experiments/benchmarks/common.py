@@ -80,6 +80,14 @@ def compose(*overrides: str, output_dir: str = "/tmp/mtp-lab-benchmark"):
         return hydra_compose("train", overrides=[*overrides, f"paths.output_dir={output_dir}"])
 
 
+def fit_announced(trainer, module, datamodule, heading: str) -> float:
+    """Print what is measured, fit the module; returns when the fit began (perf_counter), for the closing total."""
+    print(heading)
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule)
+    return start
+
+
 def paired_ratio(a: Timing, b: Timing) -> Timing:
     """Ratios a_i / b_i of samples taken in the same interleaved round.
 

@@ -41,7 +41,7 @@ TEXT_PROMPTS = [
     "The committee met on Tuesday to discuss the budget for next year. After a long debate about the library, the members agreed "
     "to keep its opening hours, to delay the new roof until autumn, and to ask the council for a second opinion on the costs.",
 ]
-CODE_FILES = ["lab/decode/ngram.py", "lab/inference/tree.py", "lab/inference/acceptance.py", "lab/inference/cache.py"]
+CODE_FILES = ["lab/decode/ngram.py", "lab/decode_core/tree.py", "lab/decode_core/acceptance.py", "lab/decode_core/cache.py"]
 
 
 def code_prompts(root: Path, lines: int = 40) -> list[str]:

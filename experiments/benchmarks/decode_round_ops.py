@@ -27,7 +27,7 @@ import sys
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import lab.inference.target as target
+import lab.decode_core.target as target
 from lab.decode import generate
 from lab.model.heads.deepseek.drafter import DeepSeekChain
 from lab.model.heads.independent_drafter import IndependentHeads

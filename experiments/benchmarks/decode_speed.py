@@ -50,7 +50,7 @@ from experiments.benchmarks.decode_batch import batch_report
 from lab.decode import generate
 from lab.decode.evaluation import DEGENERATE_BELOW, distinct_ngram_ratio, document_prompts
 from lab.decode.loading import load_for_generation
-from lab.inference.ledger import decode_rate, ledger, merge
+from lab.decode_core.ledger import decode_rate, ledger, merge
 from lab.model.heads import HeadConfig
 from lab.model.mtp import MTPModel
 from lab.nn.blocks import ModelConfig
@@ -207,7 +207,7 @@ def run_agreement(run_dir: Path, model, prompts: list[list[int]], new_tokens: in
 
 def tree_modes(run_dir: Path, model, trees: list[str], prompts, new_tokens: int, eos: int | None) -> dict:
     """{label: tree}: widths "4,3,2", or "auto:N" = the best N-node tree for the run's measured agreement."""
-    from lab.inference.tree import tree_for_budget
+    from lab.decode_core.tree import tree_for_budget
 
     modes: dict = {"chain": None}
     for spec in trees:

@@ -30,7 +30,7 @@ Tables: median [interquartile range].
 from __future__ import annotations
 
 # common first: it sets OMP_WAIT_POLICY before torch loads OpenMP.
-from experiments.benchmarks.common import Timing, compose, table, verdict  # isort: skip
+from experiments.benchmarks.common import Timing, compose, fit_announced, table, verdict  # isort: skip
 
 import argparse
 import logging
@@ -147,13 +147,10 @@ def main(argv=None) -> None:
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, limit_val_batches=0, deterministic=True, callbacks=[diagnostics, bench],
     )
-    print(
+    start = fit_announced(trainer, module, datamodule, (
         f"diagnostics_overhead: {args.head} K={args.k}, d_model {d_model}, 4 layers (compute_match=next_token_path), vocab 259, "
         f"batch {batch_size} x seq {seq_len}, schedule sequential, default groups, {torch.get_num_threads()} threads; "
-        f"{len(bench.plan)} steps: 1 warm-up block round, {pairs} step pairs, {rounds} block rounds"
-    )
-    start = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule)
+        f"{len(bench.plan)} steps: 1 warm-up block round, {pairs} step pairs, {rounds} block rounds"))
     samples = bench.samples
 
     # phase 1: paired steps

@@ -25,7 +25,7 @@ import torch
 
 from experiments.benchmarks.hidden_cache import TINY_LLAMA, stdlib_rows, zipf_rows
 from lab.decode import generate
-from lab.inference.target import CachedModel
+from lab.decode_core.target import CachedModel
 from lab.nn.draft_vocab import most_frequent_ids, training_token_counts
 from lab.model.heads.independent_drafter import IndependentHeads
 from lab.model.mtp import build_model

@@ -34,7 +34,7 @@ overhead inflates Python-heavy parts; read it as a breakdown, not as timings).
 from __future__ import annotations
 
 # common first: it sets OMP_WAIT_POLICY before torch loads OpenMP.
-from experiments.benchmarks.common import Timing, compose, paired_ratio, table, verdict  # isort: skip
+from experiments.benchmarks.common import Timing, compose, fit_announced, paired_ratio, table, verdict  # isort: skip
 
 import argparse
 import copy
@@ -250,13 +250,10 @@ def main(argv=None) -> None:
              for name, meter in (("plain", False), ("plain+meter", True))}
     bench = Interleaver(plain, block, warmup_rounds)
     trainer = trainer_factory([bench], harness_steps)
-    print(
+    start = fit_announced(trainer, module, datamodule, (
         f"harness_overhead: {side}; tiny ntp model (d_model 128, 4 layers, vocab 259), batch 16 x seq 128, "
         f"schedule sequential, {torch.get_num_threads()} threads; {rounds} rounds x {block} steps per variant after "
-        f"{warmup_rounds} warm-up rounds"
-    )
-    start = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule)
+        f"{warmup_rounds} warm-up rounds"))
     timings = {name: Timing(values) for name, values in bench.samples.items()}
     plain_t = timings["plain"]
     rows = [[name, len(t.samples), t.ms(), f"{t.median / plain_t.median:.3f}", paired_ratio(t, plain_t).describe()]

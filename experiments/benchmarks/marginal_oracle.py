@@ -9,7 +9,7 @@ target's marginal of that slot given x≤t:
 
 `marginal_laws` estimates m_1..m_m without bias by averaging the target's whole next-token laws along
 N sampled paths (each path contributes a law, not only the token it drew). `oracle_decode` drafts from
-those laws and accepts with lab.inference.acceptance, so what it emits has the target's law exactly;
+those laws and accepts with lab.decode_core.acceptance, so what it emits has the target's law exactly;
 its tokens per target forward are the ceiling of the training objective, the number a head's own
 rate is a share of. The estimate's noise errs low: for one draft, the acceptance Σ_y min(p(y), q(y))
 is concave in q, so an unbiased noisy q accepts no more often, on average, than the exact marginal.
@@ -24,9 +24,9 @@ import torch
 
 from lab.decode.generated_rows import next_token_is_the_trunks
 from lab.errors import require
-from lab.inference.acceptance import select
-from lab.inference.ledger import acceptance_conventions
-from lab.inference.sampling import TokenChooser
+from lab.decode_core.acceptance import select
+from lab.decode_core.ledger import acceptance_conventions
+from lab.decode_core.sampling import TokenChooser
 
 
 def target_model(model):

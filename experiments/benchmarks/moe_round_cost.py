@@ -10,7 +10,7 @@ the same parameters active per token.
 After a cached prefix, each variant (model × r) appends r rows of random tokens and crops them again; variants are
 interleaved, timed in per-thread CPU time (the machine is shared), median [quartiles] of `--repeats`. Beside the
 times: the mean distinct experts an r-row pass touched per MoE layer. Then one speculative decode of the MoE model
-with one native MTP depth (D = 2) through the MoE ledger (lab/inference/moe_ledger.py).
+with one native MTP depth (D = 2) through the MoE ledger (lab/decode_core/moe_ledger.py).
 
     python -m experiments.benchmarks.moe_round_cost --repeats 9
 """
@@ -116,7 +116,7 @@ def measure(args) -> None:
 
 def ledger_demo() -> None:
     from lab.decode.generate import generate
-    from lab.inference.moe_ledger import MoELedger, ledger_line
+    from lab.decode_core.moe_ledger import MoELedger, ledger_line
     from lab.model.mtp import build_model
 
     torch.manual_seed(0)

@@ -23,8 +23,8 @@ import torch
 
 from lab.decode import generate
 from experiments.benchmarks.marginal_oracle import oracle_decode
-from lab.inference.ledger import acceptance_conventions, ledger, merge
-from lab.inference.sampling import TokenChooser
+from lab.decode_core.ledger import acceptance_conventions, ledger, merge
+from lab.decode_core.sampling import TokenChooser
 from lab.model.heads.independent_drafter import IndependentHeads
 
 
@@ -38,7 +38,7 @@ def oracle_chain(model, prompts: list[list[int]], new_tokens: int, temperature: 
     outs = [oracle_decode(model, p, new_tokens, depth, paths, TokenChooser(temperature, None, torch.Generator().manual_seed(2000 + i)))
             for i, p in enumerate(prompts)]
     tokens, forwards = sum(len(o["tokens"]) for o in outs), sum(o["target_forwards"] for o in outs)
-    rounds = lambda key: [n for o in outs for n in o[key]]  # noqa: E731  (pooled over prompts, as lab.inference.ledger.merge does)
+    rounds = lambda key: [n for o in outs for n in o[key]]  # noqa: E731  (pooled over prompts, as lab.decode_core.ledger.merge does)
     return {"tokens_per_forward": tokens / forwards, **acceptance_conventions(rounds("proposed_by_round"), rounds("accepted_by_round"), depth)}
 
 

@@ -54,6 +54,11 @@ def require_both_splits(n_train: int, n_val: int, val_fraction: float) -> None:
     )
 
 
+# The `data` fields that choose and split the corpus: passed to load_corpus under their own names.
+CORPUS_FIELDS = ("path", "name", "config_name", "split", "revision", "text_field", "val_fraction", "max_docs", "min_doc_chars",
+                 "streaming", "include", "exclude")
+
+
 @dataclass(frozen=True)
 class _Prepared:
     tokenizer: Tokenizer
@@ -118,22 +123,7 @@ class LMDataModule(RowsDataModule):
 
     def _prepare(self) -> None:
         config = self.config
-        corpus = load_corpus(
-            config.source,
-            path=config.path,
-            name=config.name,
-            config_name=config.config_name,
-            split=config.split,
-            revision=config.revision,
-            text_field=config.text_field,
-            val_fraction=config.val_fraction,
-            max_docs=config.max_docs,
-            min_doc_chars=config.min_doc_chars,
-            cache_dir=self.cache_dir,
-            streaming=config.streaming,
-            include=config.include,
-            exclude=config.exclude,
-        )
+        corpus = load_corpus(config.source, cache_dir=self.cache_dir, **{field: getattr(config, field) for field in CORPUS_FIELDS})
         if not config.streaming:
             require_both_splits(len(corpus.train), len(corpus.val), config.val_fraction)
         tokenizer = build_tokenizer(

@@ -13,7 +13,7 @@ from lab.decode.batched import batch_cache_class, decode_rows
 from lab.decode.batched_speculative import speculative_rows
 from lab.decode.request import Generation, check_request
 from lab.errors import require
-from lab.inference.sampling import TokenChooser
+from lab.decode_core.sampling import TokenChooser
 
 
 def is_batch(prompt) -> bool:

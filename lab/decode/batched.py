@@ -19,11 +19,11 @@ import time
 import torch
 
 from lab.errors import require
-from lab.inference.cache import StackCache
-from lab.inference.hf_cache import HFTrunkCache
-from lab.inference.ledger import acceptance_conventions, count_round, round_counters
-from lab.inference.sampling import TokenChooser
-from lab.inference.target import TRUNK
+from lab.decode_core.cache import StackCache
+from lab.decode_core.hf_cache import HFTrunkCache
+from lab.decode_core.ledger import RoundLedger
+from lab.decode_core.sampling import TokenChooser
+from lab.decode_core.target import TRUNK
 from lab.nn.blocks import AttentionContext, rotary_angles
 
 
@@ -190,12 +190,8 @@ def row_stats(out: list[int], shared: dict) -> dict:
     """One request's stats in the single-request schema; forwards, times and cache bytes are the batch's (shared)."""
     rounds = max(len(out) - 1, 0)  # plain decoding: one token per forward after the prefill's
     elapsed = shared["total_time_s"]
-    counters = round_counters(0)
+    ledger = RoundLedger(0, target_forwards=shared["target_forwards"])
     for i in range(rounds):
-        count_round(counters, proposed=0, accepted=0, emitted=1, stopped=i == rounds - 1)
-    return {
-        **shared, **counters, "emitted": len(out), "draft_time_s": 0.0, "verify_time_s": elapsed - shared["prefill_time_s"],
-        "tokens_per_s": len(out) / elapsed if elapsed > 0 else float("nan"),
-        "tokens_per_forward": len(out) / shared["target_forwards"] if shared["target_forwards"] else float("nan"),
-        **acceptance_conventions([0] * rounds, [0] * rounds, 0),
-    }
+        ledger.count_round(proposed=0, accepted=0, emitted=1, stopped=i == rounds - 1)
+    return {**shared, **ledger.stats(out, paths=False), "draft_time_s": 0.0, "verify_time_s": elapsed - shared["prefill_time_s"],
+            "tokens_per_s": len(out) / elapsed if elapsed > 0 else float("nan")}

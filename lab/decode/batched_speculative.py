@@ -3,10 +3,11 @@
 B requests share every target pass: each round appends [frontier, m drafts] to every row
 (m = the largest of the rows' draft counts; a row with fewer drafts, or one that has stopped,
 pads with token 0), and each row then accepts its own prefix with the single-request
-selector (lab.inference.acceptance.select), so its law is a single request's. Slots a row does
+selector (lab.decode_core.acceptance.select), so its law is a single request's. Slots a row does
 not keep (rejected drafts, padding) become holes in the shared caches (lab.decode.batched):
 the row's queries never see them and its positions skip them. The draft heads' rows come
-out of the same pass, read at each row's last kept slot.
+out of the same pass, read at each row's last kept slot, and each row proposes and accepts with the
+single-request drafter's parts (`IndependentHeads.for_batch`, lab.decode_core.acceptance.accept_tree).
 
 With one generator per request (`generator=[g_1, …, g_B]`) row b draws its random numbers in
 exactly the order a single request with g_b does, so its tokens equal that request's.
@@ -21,10 +22,9 @@ import torch
 
 from lab.decode.batched import BatchedCaches, batched_rows, left_padded
 from lab.errors import ConfigError
-from lab.inference.acceptance import select
-from lab.inference.ledger import acceptance_conventions, count_round, record_round, round_counters, settle_paths
-from lab.inference.sampling import TokenChooser
-from lab.model.heads.independent_drafter import DraftProjection
+from lab.decode_core.acceptance import accept_tree
+from lab.decode_core.ledger import RoundLedger
+from lab.decode_core.sampling import TokenChooser
 
 
 def check_batched_speculative(model, draft_steps: int | None) -> int:
@@ -38,23 +38,15 @@ def check_batched_speculative(model, draft_steps: int | None) -> int:
     return model.k - 1 if draft_steps is None else min(draft_steps, model.k - 1)
 
 
-def draft_logits_at(project, horizons: list[torch.Tensor], slot: torch.Tensor) -> torch.Tensor:
-    """Horizons 2..K's logits at each row's slot: horizons K × [B, n, d], slot [B] -> [B, K-1, V];
-    `project` is the batch's DraftProjection (lab/model/heads/independent_drafter.py), the one single requests use."""
-    rows = torch.arange(slot.shape[0], device=slot.device)  # [B]
-    draft_rows = torch.stack([h[rows, slot] for h in horizons[1:]])  # [K-1, B, d]
-    return project(draft_rows).transpose(0, 1)  # [B, K-1, V]
-
-
 def speculative_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choosers: list[TokenChooser], eos: int | None,
                      draft_steps: int | None) -> list[tuple[list[int], dict]]:
     max_drafts = check_batched_speculative(model, draft_steps)
     device = next(model.parameters()).device
     ids, prompt_valid = left_padded(rows, device)  # [B, P] each
     caches = BatchedCaches(model, len(rows), device)
-    project = DraftProjection(model)
+    drafter = model.head.drafter.for_batch(model)
     outputs: list[list[int]] = [[] for _ in rows]
-    counters = [round_counters(max_drafts, target_forwards=1) for _ in rows]  # the prefill is the first forward
+    ledgers = [RoundLedger(max_drafts, target_forwards=1) for _ in rows]  # the prefill is the first forward
     done = lambda out: len(out) == max_new_tokens or (bool(out) and out[-1] == eos)  # noqa: E731
     begin = time.perf_counter()
     prefill_s = verify_s = 0.0
@@ -63,40 +55,35 @@ def speculative_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choos
         caches.advance(prompt_valid)
         last = torch.full((len(rows),), ids.shape[1] - 1, device=device)  # [B]: left padding puts every prompt's end last
         target = model.horizon_logits(1, horizons[0][:, -1])  # [B, V]
-        drafting = draft_logits_at(project, horizons, last)  # [B, K-1, V]
+        drafting = drafter.next_logits(horizons, last)  # [B, K-1, V]
         for b, out in enumerate(outputs):
             out.append(choosers[b].choose(target[b])[0])
         prefill_s = time.perf_counter() - begin
         while not all(done(out) for out in outputs):
             start = time.perf_counter()
-            drafting = one_round(model, project, caches, outputs, drafting, choosers, counters, max_drafts, max_new_tokens, eos, done)
+            drafting = one_round(model, drafter, caches, outputs, drafting, choosers, ledgers, max_drafts, max_new_tokens, eos, done)
             verify_s += time.perf_counter() - start
     elapsed = time.perf_counter() - begin
     batch_tokens = sum(map(len, outputs))
     results = []
-    for out, s in zip(outputs, counters):
-        settle_paths(s, out, max_drafts)
-        s.update(
-            emitted=len(out), prefill_time_s=prefill_s, draft_time_s=0.0, verify_time_s=verify_s, total_time_s=elapsed,
-            tokens_per_s=len(out) / elapsed if elapsed > 0 else float("nan"), tokens_per_forward=len(out) / s["target_forwards"],
-            batch_size=len(rows), batch_tokens_per_s=batch_tokens / elapsed if elapsed > 0 else float("nan"),
-            kv_bytes={"target": caches.peak_bytes, "draft": 0, "branch_peak": 0},  # every stack's slots, holes included
-            **acceptance_conventions(s["proposed_by_round"], s["accepted_by_round"], max_drafts),
-        )
-        results.append((out, s))
+    for out, ledger in zip(outputs, ledgers):
+        results.append((out, {
+            **ledger.stats(out, paths=True), "prefill_time_s": prefill_s, "draft_time_s": 0.0, "verify_time_s": verify_s, "total_time_s": elapsed,
+            "tokens_per_s": len(out) / elapsed if elapsed > 0 else float("nan"),
+            "batch_size": len(rows), "batch_tokens_per_s": batch_tokens / elapsed if elapsed > 0 else float("nan"),
+            "kv_bytes": {"target": caches.peak_bytes, "draft": 0, "branch_peak": 0},  # every stack's slots, holes included
+        }))
     return results
 
 
-def one_round(model, project, caches, outputs, drafting, choosers, counters, max_drafts, max_new_tokens, eos, done) -> torch.Tensor:
+def one_round(model, drafter, caches, outputs, drafting, choosers, ledgers, max_drafts, max_new_tokens, eos, done) -> torch.Tensor:
     """Draft, verify every row in one pass, accept per row, keep the verified slots; returns the next draft logits [B, K-1, V]."""
     device = drafting.device
-    counts = [0 if done(out) else min(max_drafts, max_new_tokens - len(out)) for out in outputs]  # drafts per row
+    wanted = [0 if done(out) else min(max_drafts, max_new_tokens - len(out)) for out in outputs]  # drafts per row
+    buffers = [drafter.propose(drafting[b], out[-1], m, choosers[b]) if m else None for b, (out, m) in enumerate(zip(outputs, wanted))]  # None: stopped
+    drafts = [[] if buffer is None else buffer.tokens[1:] for buffer in buffers]  # a chain: node i is draft i
+    counts = [len(d) for d in drafts]  # a draft vocabulary may leave fewer candidates than asked
     width = max(counts)
-    drafts, probs = [[] for _ in outputs], [[] for _ in outputs]
-    for b, m in enumerate(counts):
-        for i in range(m):  # head i + 2 drafts the slot i + 1 places after the frontier
-            token, q = choosers[b].choose(drafting[b, i])
-            drafts[b].append(token), probs[b].append(q)
     ids = torch.tensor([[out[-1], *d, *[0] * (width - len(d))] for out, d in zip(outputs, drafts)], device=device)  # [B, 1+m]
     horizons = list(batched_rows(model, caches, ids, torch.ones_like(ids, dtype=torch.bool)))  # K × [B, 1+m, d]
     target = model.horizon_logits(1, horizons[0])  # [B, 1+m, V]: slot i predicts the token after input i
@@ -104,16 +91,17 @@ def one_round(model, project, caches, outputs, drafting, choosers, counters, max
     for b, out in enumerate(outputs):
         if done(out):
             continue  # a stopped row rides along; only its frontier slot is kept (never read again)
-        accepted[b], following = select(drafts[b], probs[b], target[b, : counts[b] + 1], choosers[b])
+        path, following = accept_tree(buffers[b], target[b, : counts[b] + 1], choosers[b])  # a running row drafts ≥ 1
+        accepted[b] = len(path)
         remaining = max_new_tokens - len(out)
         new = [*drafts[b][: accepted[b]], following][:remaining]  # an accepted last-slot draft gets no bonus
         if eos in new:
             new = new[: new.index(eos) + 1]  # an accepted EOS ends the output (no bonus)
         if counts[b]:
-            record_round(counters[b], len(out) - 1, drafts[b], accepted[b])
+            ledgers[b].record_path(len(out) - 1, drafts[b], accepted[b])
         out += new
-        counters[b]["target_forwards"] += 1
-        count_round(counters[b], counts[b], accepted[b], len(new), len(new) == remaining or new[-1] == eos)
+        ledgers[b].target_forwards += 1
+        ledgers[b].count_round(counts[b], accepted[b], len(new), len(new) == remaining or new[-1] == eos)
     kept = torch.tensor(accepted, device=device)  # [B] drafts kept after each row's frontier
     caches.advance(torch.arange(width + 1, device=device)[None] <= kept[:, None])  # [B, 1+m]: frontier + accepted drafts
-    return draft_logits_at(project, horizons, kept)  # [B, K-1, V] at each row's last kept slot
+    return drafter.next_logits(horizons, kept)  # [B, K-1, V] at each row's last kept slot

@@ -21,7 +21,7 @@ verification stays exact: greedy output is plain greedy's, and sampling keeps th
 from __future__ import annotations
 
 from lab.decode.ngram import point_mass_chain
-from lab.inference.tree import ProposalBuffer
+from lab.decode_core.tree import ProposalBuffer
 
 
 class ChoosePerRound:

@@ -4,7 +4,7 @@ The continuation goes to stdout; the summary goes to stderr, so `> file` keeps o
 tokens/s on the wall clock and the worker thread's CPU clock (flagged when another process held the
 cores), target forwards; with --speculative the runtime ledger and the speed against plain decoding
 of the same prompt, measured as `decode_speed` measures it (paired runs, lab/decode/compare.py). On an
-MoE model --speculative adds a line, the experts each round touched (lab/inference/moe_ledger.py).
+MoE model --speculative adds a line, the experts each round touched (lab/decode_core/moe_ledger.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from lab.decode.generate import generate
 from lab.decode.loading import load_for_generation
 from lab.decode.ngram import DEFAULT_MAX_DRAFT, PromptLookup
 from lab.errors import ConfigError, require
-from lab.inference.ledger import ledger_line
-from lab.inference.moe_ledger import MoELedger
-from lab.inference.moe_ledger import ledger_line as moe_ledger_line
+from lab.decode_core.ledger import ledger_line
+from lab.decode_core.moe_ledger import MoELedger
+from lab.decode_core.moe_ledger import ledger_line as moe_ledger_line
 from lab.tracking.timing import timed
 
 

@@ -14,7 +14,7 @@ import torch
 from lab.decode.answers import answer_accuracy, teacher_forced_answers  # noqa: F401 (re-export)
 from lab.decode.generate import generate
 from lab.decode.paired import pair_order, paired_metrics
-from lab.inference.ledger import ledger, merge
+from lab.decode_core.ledger import ledger, merge
 from lab.tracking.timing import Stopwatch
 
 DEGENERATE_BELOW = 0.2
@@ -154,7 +154,7 @@ def summarize(first: list[dict], prompts: list[list[int]], new_tokens: int, temp
 
 def headline_metrics(summary: dict, speculative: bool) -> dict:
     """`decode/*` of one ledger: tokens per forward, predicted speedup (the measured one is paired: lab.decode.paired), acceptance in both conventions and both mean lengths,
-    path acceptance next to the Fréchet bounds of the per-position top-1 agreement (lab.inference.ledger)."""
+    path acceptance next to the Fréchet bounds of the per-position top-1 agreement (lab.decode_core.ledger)."""
     metrics = {"decode/tokens_per_forward": summary["tokens_per_forward"] if speculative else 1.0,
                "decode/mean_accept_len": summary["mean_accept_len"], "decode/mean_accepted": summary["mean_accepted"]}
     if speculative:

@@ -3,12 +3,12 @@
 Both run the carried-frontier schedule (docs/decoding.md). Prefill runs the prompt and picks
 the first new token f (the frontier: emitted, not yet in the target cache). Each round
 then proposes m drafts after f (m = 0 in plain decoding), runs one target pass over
-[f, drafts], accepts a prefix of the drafts exactly (lab.inference.acceptance), emits the
+[f, drafts], accepts a prefix of the drafts exactly (lab.decode_core.acceptance), emits the
 accepted drafts plus the correction or bonus token, commits the target rows of f and the
 accepted drafts, and carries the last emitted token as the next frontier. Plain decoding
 is the m = 0 case, so both paths share every line that touches the target cache.
 
-With `tree`, a round proposes a tree of ranked candidates (lab.inference.tree), the target
+With `tree`, a round proposes a tree of ranked candidates (lab.decode_core.tree), the target
 pass runs over every node with an ancestry mask, acceptance follows the longest verified
 root path, and that path's rows are committed in every cache (siblings are dropped). A
 chain of drafts is the tree of widths [1] * m, so one round serves all three modes.
@@ -29,11 +29,11 @@ from lab.decode.ngram import PromptLookup
 from lab.decode.proposers import build_proposer
 from lab.decode.request import Generation, check_request
 from lab.errors import ConfigError, require
-from lab.inference.acceptance import accept_tree
-from lab.inference.ledger import acceptance_conventions, count_round, record_round, round_counters, settle_paths
-from lab.inference.sampling import TokenChooser
-from lab.inference.target import CachedModel
-from lab.inference.tree import tree_shape
+from lab.decode_core.acceptance import accept_tree
+from lab.decode_core.ledger import RoundLedger
+from lab.decode_core.sampling import TokenChooser
+from lab.decode_core.target import CachedModel
+from lab.decode_core.tree import tree_shape
 
 # The clock of `Generation.stats`' times: wall time. A benchmark on a shared machine sets a CPU clock
 # (experiments/benchmarks/common.py `cpu_clock`), so that other processes' load does not count.
@@ -61,7 +61,7 @@ def generate(
 
     `tree` (with `speculative`): widths per draft position (`[4, 3, 2]`) or root-to-leaf
     paths of candidate ranks (`[[0, 0], [0, 1], [1]]`). `draws`: the source of every random
-    choice (default: `generator`'s; see lab.inference.sampling.TorchDraws). A batch (a [B, P]
+    choice (default: `generator`'s; see lab.decode_core.sampling.TorchDraws). A batch (a [B, P]
     tensor or a list of 1-D prompts of any lengths) returns one Generation per prompt
     (lab.decode.batched: chains, no trees). `ngram` (with `speculative`): prompt lookup drafts
     (lab.decode.ngram.PromptLookup or its fields as a dict), alone on a model without draft heads
@@ -128,8 +128,8 @@ class Decoder:
             raise ConfigError(
                 "speculative", f"head '{model.head_cfg.name}' with K={model.k} has no draft heads; use a K ≥ 2 head, prompt lookup (ngram) or speculative=False"
             )
-        self.stats = {
-            **round_counters(self.proposer.max_drafts if self.proposer else 0),
+        self.ledger = RoundLedger(self.proposer.max_drafts if self.proposer else 0)
+        self.stats = {  # beside the ledger's counters: times, trees, lookup
             "prefill_time_s": 0.0, "draft_time_s": 0.0, "verify_time_s": 0.0,
             "tree_nodes": 0,  # draft nodes verified, all rounds
             "lookup_nodes": 0, "lookup_accepted": 0,  # of them proposed by prompt lookup (point masses), and accepted
@@ -144,7 +144,7 @@ class Decoder:
         """One target forward; the next-token path's time is verification time."""
         start = CLOCK()
         result = self.state.forward(tokens, shape, last_logits_only)
-        self.stats["target_forwards"] += 1
+        self.ledger.target_forwards += 1
         return result, CLOCK() - start
 
     def after_pass(self, result, rows: list[int]) -> None:
@@ -168,17 +168,13 @@ class Decoder:
             while len(out) < max_new_tokens and out[-1] != self.eos and not (stop is not None and stop(out)):
                 frontier = self.round(tokens, frontier, out, max_new_tokens - len(out))
             self.settle_split(CLOCK() - rounds_begin)
-        if self.proposer is not None:
-            settle_paths(self.stats, out, self.proposer.max_drafts)
         elapsed = CLOCK() - begin
         self.stats.update(
-            emitted=len(out),
+            **self.ledger.stats(out, paths=self.proposer is not None),
             kv_bytes=dict(self.state.caches.peak_bytes),
             kv_bytes_by_cache={str(key): cache.length * cache.row_bytes() for key, cache in self.state.caches.caches.items()},  # held at the end
             total_time_s=elapsed,
             tokens_per_s=len(out) / elapsed if elapsed > 0 else float("nan"),
-            tokens_per_forward=len(out) / self.stats["target_forwards"] if self.stats["target_forwards"] else float("nan"),
-            **acceptance_conventions(self.stats["proposed_by_round"], self.stats["accepted_by_round"], len(self.stats["proposed_by_position"])),
         )
         return Generation(out, self.stats)
 
@@ -191,7 +187,7 @@ class Decoder:
         """One round after `frontier`; appends to `tokens`/`out`; returns the next frontier."""
         m = min(self.proposer.max_drafts, remaining) if self.proposer is not None else 0
         if not m:
-            self.stats["fallbacks"] += self.proposer is not None
+            self.ledger.fallbacks += self.proposer is not None
             return self.plain_step(tokens, frontier, out, remaining)
         start = CLOCK()
         buffer = self.proposer.propose(tokens, frontier, m, self.chooser)
@@ -211,7 +207,7 @@ class Decoder:
         self.stats["lookup_accepted"] += sum(node in buffer.point_masses for node in path)
         self.stats["drafter_by_round"].append(drafter_of(buffer))
         tokens += [frontier, *accepted_tokens]
-        record_round(self.stats, len(out) - 1, buffer.path_tokens(_rank0_path(buffer.shape)), len(path))
+        self.ledger.record_path(len(out) - 1, buffer.path_tokens(_rank0_path(buffer.shape)), len(path))
         # positions offered: the deepest proposal (prompt lookup may find fewer than m drafts, or none)
         return self.emit(out, accepted_tokens, following, remaining, buffer.shape.depth, buffer.shape.size - 1)
 
@@ -234,7 +230,7 @@ class Decoder:
             new = new[: new.index(self.eos) + 1]  # an accepted EOS ends the output (no bonus)
         out += new
         self.stats["tree_nodes"] += nodes
-        count_round(self.stats, m, len(accepted), len(new), len(new) == remaining or new[-1] == self.eos)
+        self.ledger.count_round(m, len(accepted), len(new), len(new) == remaining or new[-1] == self.eos)
         return following
 
 

@@ -5,7 +5,7 @@ emitted output), which pays off on text that repeats itself (code, quoting, extr
 proposal is a deterministic function of the emitted tokens, so its law is a point mass: greedy
 verification accepts a draft iff it is the target's argmax, and speculative sampling accepts
 draft y with probability p(y) and after a rejection draws from p with y removed
-(lab.inference.acceptance), which keeps the output law exact.
+(lab.decode_core.acceptance), which keeps the output law exact.
 
 `NgramIndex` keeps, per n-gram, where its latest occurrence ended, updated with the tokens
 committed since the last round (work per round grows with the tokens emitted, never with the
@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from lab.errors import is_int, require, require_bool, require_number
-from lab.inference.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
+from lab.decode_core.tree import NGRAM_HORIZON, ProposalBuffer, TreeShape
 
 DEFAULT_SIZES = (3, 2, 1)
 DEFAULT_MAX_DRAFT = 10
@@ -177,7 +177,7 @@ def point_mass_chain(version: int, frontier: int, drafts: list[int], name: str, 
 
 
 class HeadsWithNgram:
-    """The heads' chain or tree with the n-gram chain merged in as one more branch (lab.inference.tree.ProposalBuffer.graft)."""
+    """The heads' chain or tree with the n-gram chain merged in as one more branch (lab.decode_core.tree.ProposalBuffer.graft)."""
 
     def __init__(self, heads, ngram: NgramProposer):
         self.heads, self.ngram = heads, ngram

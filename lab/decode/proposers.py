@@ -1,7 +1,7 @@
 """Which proposer a request drafts with: the head's own drafter, prompt lookup, or both merged.
 
 A head declares its drafter class on `MTPHead.drafter`, read into its `HeadSpec` (lab/model/heads/independent_drafter.py,
-lab/model/heads/deepseek/drafter.py); every proposer answers lab.inference.proposer.Proposer.
+lab/model/heads/deepseek/drafter.py); every proposer answers lab.decode_core.proposer.Proposer.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from lab.decode.choose import ChoosePerRound, ConfidenceGated
 from lab.decode.ngram import HeadsWithNgram, NgramProposer, PromptLookup
 from lab.decode.suffix import SuffixProposer
 from lab.errors import ConfigError, is_number, require
-from lab.inference.proposer import vocab_identity
-from lab.inference.target import CachedModel
-from lab.inference.tree import TreeShape
+from lab.decode_core.proposer import vocab_identity
+from lab.decode_core.target import CachedModel
+from lab.decode_core.tree import TreeShape
 from lab.model.heads import head_spec, heads_that
 
 LOOKUPS = {"ngram": NgramProposer, "suffix": SuffixProposer}  # PromptLookup.method -> its proposer

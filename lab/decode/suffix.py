@@ -14,7 +14,7 @@ trie's depth, `max_draft` and (with `spec_factor`) ceil(spec_factor × match len
 and drafted (lab/decode/ngram.py `copy_on`), so a repeating text drafts through its own period.
 
 Like prompt lookup the drafts are a deterministic function of the emitted tokens: point masses,
-verified exactly (lab.inference.acceptance).
+verified exactly (lab.decode_core.acceptance).
 """
 
 from __future__ import annotations

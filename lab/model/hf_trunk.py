@@ -228,7 +228,7 @@ def find_child(module: nn.Module, names: tuple[str, ...], what: str) -> nn.Modul
 class HFTrunk(nn.Module):
     """The transformers model behind the trunk interface (embed, blocks, final_norm, unembedding)."""
 
-    cache_protocol = "dynamic"  # decoding keeps transformers' own DynamicCache (lab/inference/hf_cache.py)
+    cache_protocol = "dynamic"  # decoding keeps transformers' own DynamicCache (lab/decode_core/hf_cache.py)
 
     def __init__(self, hf_model: nn.Module):
         super().__init__()
@@ -289,11 +289,11 @@ class HFTrunk(nn.Module):
 
     def forward(self, tokens: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         """[B, S] tokens -> [B, S, d] hidden states before the final norm. Packed rows (training) run without a
-        cache; in decoding `ctx.kv` is the trunk's cache (lab/inference/hf_cache.py) and says how to append to it."""
+        cache; in decoding `ctx.kv` is the trunk's cache (lab/decode_core/hf_cache.py) and says how to append to it."""
         mask = None if ctx.mask is None else self.hf_mask(ctx.mask)
         if ctx.kv is not None:
             # Rows that continue the cache in order come without a mask (transformers builds the causal one, as in its own
-            # generate: lab/inference/hf_cache.py); a draft tree (nodes at their depth) brings its ancestry mask.
+            # generate: lab/decode_core/hf_cache.py); a draft tree (nodes at their depth) brings its ancestry mask.
             arguments = ctx.kv.forward_arguments(tokens.shape[1], mask, tokens.device, ctx.position_ids)
             if not self.takes_cache_argument:  # families still on the pre-5.24 name
                 arguments["past_key_values"] = arguments.pop("cache")

@@ -71,7 +71,7 @@ class AttentionContext:
     mask: torch.Tensor | None  # [B, 1, S, S_keys] bool, True = may attend (None: every key)
     cos: torch.Tensor  # [B, 1, S, hd/2]
     sin: torch.Tensor  # [B, 1, S, hd/2]
-    # Incremental decoding: the key/value caches (lab.inference.cache.CacheSet). Each attention
+    # Incremental decoding: the key/value caches (lab.decode_core.cache.CacheSet). Each attention
     # layer appends its new rows to its own cache and attends over cached + new keys.
     kv: object | None = None
     # [B, S] the rows' positions (restarting per document): a transformers decoder layer (the HF trunk,

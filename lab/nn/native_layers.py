@@ -114,7 +114,7 @@ def layer_forward_flops(layers, rows: int, d_model: int) -> int:
 
 class StackCacheView:
     """What a transformers attention layer calls on its cache (`update(k, v, layer_idx)`), answered by a
-    harness StackCache (lab/inference/cache.py): the layer's rows join that cache's transaction."""
+    harness StackCache (lab/decode_core/cache.py): the layer's rows join that cache's transaction."""
 
     def __init__(self, stack_cache):
         self.stack_cache = stack_cache

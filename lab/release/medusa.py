@@ -175,11 +175,6 @@ def parent_weights(folder: Path, model) -> ParentWeights:
     return ParentWeights(medusa.state_dict(), {"vocab_size": medusa.trunk.cfg.vocab_size}, medusa_tokenizer(folder).identity, medusa.head_cfg.name)
 
 
-LAYOUT = ReleaseLayout(
-    name="medusa",
-    help="a head=medusa run on model=hf in vLLM's Medusa layout beside a pointer to its base",
-    export=export_medusa,
-    recognizes=is_medusa_folder,
-    load=load_for_generation,
-    init_from=InitFromReader(kind="medusa", read=parent_weights, identity_file=lambda folder: folder / "model.safetensors"),
-)
+LAYOUT = ReleaseLayout("medusa", "a head=medusa run on model=hf in vLLM's Medusa layout beside a pointer to its base",
+                       export_medusa, recognizes=is_medusa_folder, load=load_for_generation,
+                       init_from=InitFromReader(kind="medusa", read=parent_weights, identity_file=lambda folder: folder / "model.safetensors"))

@@ -11,7 +11,7 @@ from lab.report.answers import above_chance, clever_hans, count_runs
 from lab.report.caveats import caveats
 from lab.report.sweep_figures import ReportFigure, loss_speedup_points, order_key
 from lab.report.records import Sweep
-from lab.report.scaling import SCALING_NOTE, scaling_finding, scaling_points, scaling_table
+from lab.report.scaling import scaling_finding, scaling_points, scaling_table
 from lab.report.significance import significance_finding
 from lab.report.speeds import (
     SPEEDUP_HEADER,
@@ -31,6 +31,22 @@ from lab.report.table import (
     steps_done,
     sweep_dimensions,
 )
+
+NOTES_FILE = Path(__file__).with_name("section_notes.md")  # the prose under each section, kept as prose
+
+
+def read_notes(path: Path) -> dict[str, str]:
+    """`## key` → the lines under that heading joined into one paragraph."""
+    notes: dict[str, list[str]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            notes[line[3:].strip()] = []
+        elif notes and line.strip():
+            notes[next(reversed(notes))].append(line.strip())
+    return {key: " ".join(lines) for key, lines in notes.items()}
+
+
+NOTES = read_notes(NOTES_FILE)
 
 
 def fmt(value, digits: int = 4) -> str:
@@ -263,12 +279,6 @@ def variant_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-FORCED_NOTE = ("TF = teacher-forced. A DeepSeek depth predicts token t+k from the trunk's state at t *and the true tokens "
-               "t+1 … t+k−1*, which validation feeds it from the data. An independent head must predict t+k blind, from position "
-               "t alone. So a DeepSeek depth's horizon-k loss and accuracy answer an easier question than a blind head's and "
-               "overstate what it achieves when decoding, where those tokens are its own earlier guesses: compare TF numbers "
-               "only with each other.")
-
 
 def forced_mark(variant: Variant, k: int) -> str:
     """' TF' after a teacher-forced horizon-k number (a DeepSeek depth, k ≥ 2), else nothing."""
@@ -335,12 +345,6 @@ def loss_speedup_table(variants: list[Variant]) -> tuple[list[str], list[list[st
     return header, rows
 
 
-LOSS_SPEEDUP_NOTE = ("What MTP users trade: the next-token validation loss (`val/loss`) against the measured speedup of "
-                     "self-speculative decoding with the run's own heads (`decode/speedup`: the median over prompts and "
-                     "repeats of tokens/s speculative ÷ plain, each pair measured back to back, exact sampling at T=1, "
-                     "degenerate continuations excluded; from the worker's CPU time, `decode/speedup_cpu`, when contended). A variant that "
-                     "cannot draft (ntp) decodes plainly: speedup 1 by definition. The figure `loss_vs_speedup.png` draws these rows.")
-
 
 def acceptance_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
     """Training-time acceptance (lab/callbacks/acceptance.py) next to the decoding's tokens/forward; None when no run has it."""
@@ -361,13 +365,6 @@ def tau_ratio_cell(variant: Variant) -> str:
     tau, decoded = variant.stat("val/tau")[0], variant.stat("decode/tokens_per_forward")[0]
     return "—" if tau is None or not decoded else f"{tau / decoded:.2f}"
 
-
-ACCEPTANCE_NOTE = ("Training-time acceptance, no decoding: ᾱ_k is the mean over validation rows of Σ_v min(p, q_k) = 1 − TV, "
-                   "with p the next-token path's distribution at the row that predicts the same token, the chance that exact "
-                   "speculative sampling at T=1 accepts horizon k's draft; τ = 1 + Σ_k Π_{j≤k} ᾱ_j estimates tokens per "
-                   "target forward of a chain of the run's heads (DeepSpec's convention), beside what decoding measured. TF marks a "
-                   "teacher-forced DeepSeek depth (its α is an upper estimate). `kept` is the share of supervised rows "
-                   "objective.truncate=first_miss left to horizon k.")
 
 
 def objectives_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
@@ -392,12 +389,6 @@ def training_cpu_s(variant: Variant) -> float | None:
     return variant.cost("train_process_cpu_s") or variant.cost("train_thread_cpu_s")
 
 
-OBJECTIVES_NOTE = ("Drafter objectives (lab/objective/targets.py, readings.py; head.rollout): what horizons ≥ 2 learned from "
-                   "(data, distill, mix, tv, lk, lk_hybrid, with the label's share), whether they were truncated at the first "
-                   "miss, and whether the chain was trained on its own rollout; beside the live decoding's acceptance by "
-                   "position in both conventions (P(prefix ≥ j): the accepted prefix reaches j; P(j | 1..j−1): conditional), "
-                   "tokens per target forward and speedup at T=1, the training-time τ and the training's CPU time.")
-
 
 def humaneval_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
     """HumanEval (lab-eval or the end-of-run callback): pass@k and the decoding speed on its prompts; None when no run has it."""
@@ -414,12 +405,6 @@ def humaneval_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]
                      v.cell("eval/humaneval/speedup_median", 2)] for v in rows_with]
 
 
-HUMANEVAL_NOTE = ("HumanEval (164 Python functions; `lab-eval RUN --task humaneval` or `callbacks.humaneval`): each completion "
-                  "runs with its tests in a sandbox; pass@k is the unbiased estimator over n samples (pass@1 greedy from one). "
-                  "A small model's 0.000 is an answer: it cannot write these functions. Tokens/forward and tokens/s are the "
-                  "decoding on these prompts (speculative when the evaluation drafted with the run's heads); with a paired "
-                  "evaluation, plain pass@1, the completions that differ (bf16 near-ties) and the median speedup.")
-
 
 def answer_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] | None:
     """Answer accuracy of a synthetic task, greedy next to teacher-forced; None when no run has it."""
@@ -431,44 +416,19 @@ def answer_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]] |
     return header, [[v.label, fmt(v.head), fmt(v.k), *[v.cell(name, 3) for name in ANSWER_METRICS], scored(v)] for v in rows_with]
 
 
-ANSWER_NOTE = ("Synthetic task answers (`val/answer_*`, last validation; lab/decode/answers.py): greedy decoding from the "
-               "prompt scored by exact match (with its binomial standard error over the `answer_examples` answers), through "
-               "the decision token (`first_acc`: the first arm node on star graphs), exact among answers whose decision is "
-               "right, per token, and teacher-forced on the same tokens. Decision at chance with exact-given-first ≈ 1 is "
-               "the Clever-Hans signature.")
-
 
 def optional_sections(variants: list[Variant]) -> list[tuple[str, str, tuple[list[str], list[list[str]]]]]:
     """(title, note, table) of the sections only some sweeps have."""
     points = scaling_points(variants)
-    candidates = [("Scaling (loss difference to ntp by model size)", SCALING_NOTE, scaling_table(points) if points else None),
-                  ("Answer accuracy (synthetic tasks)", ANSWER_NOTE, answer_table(variants)),
-                  ("HumanEval", HUMANEVAL_NOTE, humaneval_table(variants)),
-                  ("Training-time acceptance", ACCEPTANCE_NOTE, acceptance_table(variants)),
-                  ("Drafter objectives", OBJECTIVES_NOTE, objectives_table(variants)),
-                  ("Decoding (live, end of training)", DECODING_NOTE, decoding_table(variants)),
-                  ("Next-token loss vs decoding speedup", LOSS_SPEEDUP_NOTE, loss_speedup_table(variants))]
+    candidates = [("Scaling (loss difference to ntp by model size)", NOTES["scaling"], scaling_table(points) if points else None),
+                  ("Answer accuracy (synthetic tasks)", NOTES["answers"], answer_table(variants)),
+                  ("HumanEval", NOTES["humaneval"], humaneval_table(variants)),
+                  ("Training-time acceptance", NOTES["acceptance"], acceptance_table(variants)),
+                  ("Drafter objectives", NOTES["objectives"], objectives_table(variants)),
+                  ("Decoding (live, end of training)", NOTES["decoding"], decoding_table(variants)),
+                  ("Next-token loss vs decoding speedup", NOTES["loss_speedup"], loss_speedup_table(variants))]
     return [(title, note, table) for title, note, table in candidates if table is not None]
 
-
-DECODING_NOTE = ("End of training, a few validation-document prompts (`decode/*`). The headline is exact speculative "
-                 "sampling at T=1 over the prompts whose continuation is not degenerate (< 20 % distinct 4-grams: a "
-                 "repeated token makes every draft pass); the `degenerate` columns give the share of prompts left out "
-                 "(greedy columns: the same under greedy decoding). Each prompt is decoded several times on each side, plain and "
-                 "speculative back to back, so a change of machine load hits both alike; the speedup is the median over these "
-                 "pairs with its quartiles, from the worker thread's CPU time where the evaluation was contended (marked). "
-                 "Acceptance conventions: P(prefix≥j) is "
-                 "*unconditional* (`decode/accept/p{j}`, vLLM's per-position rate), P(j | 1..j−1) *conditional* "
-                 "(`decode/accept_cond/p{j}`, vLLM speculators'); mean accept len counts the bonus/correction token "
-                 "(`decode/mean_accept_len`, vLLM's and Spec-Bench's τ, 1.00 for plain decoding), mean accepted does not "
-                 "(`decode/mean_accepted`). "
-                 "Path accept (`decode/path_accept`): share of rounds with every draft slot inside the output whose "
-                 "accepted path reached full depth; next to it the share whose rank-0 drafts were all right "
-                 "(`decode/top1_all`) inside the Fréchet bounds (the tightest bounds on P(every draft right) that the per-position rates alone allow) "
-                 "from the per-position top-1 agreement a_j "
-                 "(`decode/top1/p{j}`): max(0, Σa_j − J + 1) ≤ P(all) ≤ min a_j (`decode/frechet_lower`, "
-                 "`decode/frechet_upper`). For a chain path accept = top-1 all. "
-                 "DeepSeek's validation estimate is teacher-forced (its depths saw the true earlier tokens).")
 
 
 def md_escape(cell: str) -> str:
@@ -486,7 +446,7 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure],
     lines += [f"- {line}" for line in findings(sweep, variants)] or ["- no completed runs"]
     lines += ["", "## Variants (mean ± sd over seeds)", "", *md_table(*variant_table(variants))]
     if any(v.teacher_forced for v in variants):
-        lines += ["", FORCED_NOTE]
+        lines += ["", NOTES["teacher_forced"]]
     lines += ["", "## Cost per variant (mean over seeds)", "", *md_table(*cost_table(variants))]
     for title, note, table in optional_sections(variants):
         lines += ["", f"## {title}", "", note, "", *md_table(*table)]
@@ -584,7 +544,7 @@ def html_page(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure]
     parts += [f"<li>{inline_md(line)}</li>" for line in findings(sweep, variants)] or ["<li>no completed runs</li>"]
     parts += ["</ul>", "<h2>Variants (mean ± sd over seeds)</h2>", html_table(*variant_table(variants))]
     if any(v.teacher_forced for v in variants):
-        parts.append(f"<p>{inline_md(FORCED_NOTE)}</p>")
+        parts.append(f"<p>{inline_md(NOTES['teacher_forced'])}</p>")
     parts += ["<h2>Cost per variant (mean over seeds)</h2>", html_table(*cost_table(variants))]
     for title, note, table in optional_sections(variants):
         parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{inline_md(note)}</p>", html_table(*table)]

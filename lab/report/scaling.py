@@ -140,9 +140,6 @@ SCALING_FIGURES = (
     ("scaling_loss_difference.png", loss_difference_figure, "Next-token loss difference to ntp against parameters"),
     ("scaling_tokens_per_forward.png", tokens_per_forward_figure, "Tokens per forward against parameters"),
 )
-SCALING_NOTE = ("Each variant against ntp of the same size (`size` override) and seed: Δ = val/loss(variant) − val/loss(ntp), "
-                "mean ± sample sd over the seeds both completed; parameters are the variant's own (lab/report/scaling.py).")
-
 
 def write_scaling_figures(variants: list[Variant], out_dir) -> list[ReportFigure]:
     """The scaling figures of a sweep with a `size` dimension ([] otherwise)."""

@@ -19,11 +19,11 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
+from lab.config.paths import CONF_DIR
 from lab.errors import ConfigError
 from lab.report.records import NOT_STARTED, ReportError, collect_sweep, hydra_job_settings
 from lab.run.lock import lock_directory
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # lab-train's configs (lab/train.py)
 DROPPED = ("ckpt_path", "hydra.run.dir", "hydra.sweep.dir", "hydra.mode", "hydra.job.num")  # replaced below
 
 

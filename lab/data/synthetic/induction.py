@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lab.data.synthetic.example import Example, require_positive_fields
+from lab.data.synthetic.example import AnswerTask, Example
 from lab.errors import require
 
 MARKER = "="
 
 
 @dataclass(frozen=True)
-class InductionTask:
+class InductionTask(AnswerTask):
     num_symbols: int = 32
     span_len: int = 8
     distance: int = 24
@@ -31,12 +31,10 @@ class InductionTask:
     decision_index = 0
 
     @property
-    def decision_chance(self) -> float:
-        return 1 / self.num_symbols
+    def decision_choices(self) -> int:
+        return self.num_symbols
 
-    def __post_init__(self) -> None:
-        """Checked at construction (`data.<field>` names the setting)."""
-        require_positive_fields(self)
+    def check_bounds(self) -> None:
         require(self.num_symbols >= 2, "data.num_symbols", f"must be an integer ≥ 2, got {self.num_symbols!r}")
         require(self.span_len >= 1, "data.span_len", f"must be an integer ≥ 1, got {self.span_len!r}")
         require(

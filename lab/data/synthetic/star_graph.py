@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lab.data.synthetic.example import Example, require_positive_fields
+from lab.data.synthetic.example import AnswerTask, Example
 from lab.errors import require
 
 EDGE_END, QUERY, ANSWER = "|", "/", "="
 
 
 @dataclass(frozen=True)
-class StarGraphTask:
+class StarGraphTask(AnswerTask):
     degree: int = 2
     path_len: int = 5
     num_nodes: int = 50
@@ -44,12 +44,10 @@ class StarGraphTask:
     decision_index = 1
 
     @property
-    def decision_chance(self) -> float:
-        return 1 / self.degree
+    def decision_choices(self) -> int:
+        return self.degree
 
-    def __post_init__(self) -> None:
-        """Checked at construction (`data.<field>` names the setting)."""
-        require_positive_fields(self)
+    def check_bounds(self) -> None:
         require(self.degree >= 2, "data.degree", f"must be an integer ≥ 2 (one arm is no choice), got {self.degree!r}")
         require(self.path_len >= 2, "data.path_len", f"must be an integer ≥ 2 (the centre and a leaf), got {self.path_len!r}")
         require(

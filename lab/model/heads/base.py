@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from lab.horizon import Horizon, SharedParts, endpoint_horizon
-from lab.inference.proposer import HeadDrafter
+from lab.decode_core.proposer import HeadDrafter
 from lab.labels import horizon_mask
 from lab.model.heads.config import HeadConfig
 from lab.nn.blocks import AttentionContext, Block, ModelConfig
@@ -75,7 +75,7 @@ class MTPHead(nn.Module):
         """This architecture's checks of its options across fields (the fields themselves are checked when the
         config is constructed); `build_config` and `MTPModel` run them."""
 
-    # The class decoding drafts with for this head (lab.inference.proposer.HeadDrafter): built once per
+    # The class decoding drafts with for this head (lab.decode_core.proposer.HeadDrafter): built once per
     # request as drafter(state, draft_steps[, tree]); its flags say whether it drafts trees and batches.
     # None: the head drafts nothing (speculative decoding needs a drafter).
     drafter: type[HeadDrafter] | None = None

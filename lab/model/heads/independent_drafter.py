@@ -7,6 +7,10 @@ as one batched forward per round (the head's `decode_drafter`) and every horizon
 in one call; identity heads reuse the next-token logits. With a draft tree they propose several
 ranked candidates per slot.
 
+A batch of requests drafts with the same parts (`IndependentHeads.for_batch`): the projection, and the
+proposal from one row's [K-1, V] logits (`propose_from`), each row reading its own slot of the shared pass
+(lab/decode/batched_speculative.py).
+
 Written against the decoding core's model-free modules (tree, sampling, proposer) and the
 decoding members of `MTPHead`, so lab/model/heads/base.py can declare it without a cycle.
 """
@@ -18,9 +22,9 @@ import time
 import torch
 
 from lab.errors import require
-from lab.inference.proposer import head_identity, vocab_identity
-from lab.inference.sampling import TokenChooser
-from lab.inference.tree import ProposalBuffer, TreeShape, build_buffer, ranked_candidates
+from lab.decode_core.proposer import head_identity, vocab_identity
+from lab.decode_core.sampling import TokenChooser
+from lab.decode_core.tree import ProposalBuffer, TreeShape, build_buffer, ranked_candidates
 from lab.nn.draft_vocab import draft_rows_of, logits_on_rows, scatter_to_vocab
 
 
@@ -57,6 +61,32 @@ class DraftProjection:
         return logits if self.draft_ids is None else scatter_to_vocab(logits, self.draft_ids, self.vocab_size)  # [..., V]
 
 
+def propose_from(next_logits: torch.Tensor, shape: TreeShape, frontier: int, chooser: TokenChooser, version: int, identity: str,
+                 vocab: str, vocab_limited: bool) -> ProposalBuffer:
+    """Horizons 2..K's logits [K-1, V] -> the proposal: head i + 2's ranked candidates at the slot i + 1 after the frontier."""
+    candidates, laws = ranked_candidates(next_logits, shape.widths, chooser, vocab_limited=vocab_limited)
+    return build_buffer(shape, frontier, candidates, laws, next_logits, version, identity, vocab)
+
+
+class BatchDrafts:
+    """The independent heads' drafts for B requests that share every target pass: each row's horizons 2..K are read at
+    that row's last kept slot and projected in one call; each row proposes as a single request would."""
+
+    def __init__(self, model):
+        self.project = DraftProjection(model)
+        self.identity, self.vocab, self.vocab_limited = head_identity(model), vocab_identity(model), model.draft_ids is not None
+
+    def next_logits(self, horizons: list[torch.Tensor], slot: torch.Tensor) -> torch.Tensor:
+        """Horizons K × [B, n, d] and each row's slot [B] -> horizons 2..K's logits there [B, K-1, V]."""
+        rows = torch.arange(slot.shape[0], device=slot.device)  # [B]
+        draft_rows = torch.stack([h[rows, slot] for h in horizons[1:]])  # [K-1, B, d]
+        return self.project(draft_rows).transpose(0, 1)  # [B, K-1, V]
+
+    def propose(self, next_logits: torch.Tensor, frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
+        """One row's chain of `m` drafts from its [K-1, V] logits (the batch keeps no prefix version: version 0)."""
+        return propose_from(next_logits, TreeShape.chain(m), frontier, chooser, 0, self.identity, self.vocab, self.vocab_limited)
+
+
 class IndependentHeads:
     """The drafter of heads whose horizons 2..K read the target pass's rows (`MTPHead.horizon_rows`)."""
 
@@ -64,7 +94,7 @@ class IndependentHeads:
     drafts_batches = True  # every row of a batch reads its own slot of the shared pass
 
     def __init__(self, state, draft_steps: int | None, tree: TreeShape | None = None):
-        self.state, self.model, self.head = state, state.model, state.model.head  # a lab.inference.target.CachedModel, its model and head
+        self.state, self.model, self.head = state, state.model, state.model.head  # a lab.decode_core.target.CachedModel, its model and head
         heads = self.model.k - 1  # one draft per extra horizon
         require(draft_steps is None or draft_steps <= heads, "draft_steps", f"must be ≤ {heads} (this K={self.model.k} model drafts with its {heads} extra heads), got {draft_steps}")
         self.max_drafts = heads if draft_steps is None else draft_steps
@@ -100,5 +130,9 @@ class IndependentHeads:
     def propose(self, tokens: list[int], frontier: int, m: int, chooser: TokenChooser) -> ProposalBuffer:
         """Head i + 2 proposes the slot i + 1 places after the frontier; a tree takes several ranked candidates per slot."""
         shape = TreeShape.chain(m) if self.tree is None else self.tree.limited(m)
-        candidates, laws = ranked_candidates(self.next_logits, shape.widths, chooser, vocab_limited=self.draft_ids is not None)
-        return build_buffer(shape, frontier, candidates, laws, self.next_logits, self.state.length, self.identity, self.vocab)
+        return propose_from(self.next_logits, shape, frontier, chooser, self.state.length, self.identity, self.vocab, self.draft_ids is not None)
+
+    @staticmethod
+    def for_batch(model) -> BatchDrafts:
+        """These heads' drafts for a batch of requests (`drafts_batches`)."""
+        return BatchDrafts(model)

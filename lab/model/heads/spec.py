@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from lab.inference.proposer import HeadDrafter
+from lab.decode_core.proposer import HeadDrafter
 from lab.model.heads.base import MTPHead
 from lab.model.heads.config import HeadConfig
 

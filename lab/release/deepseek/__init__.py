@@ -51,12 +51,6 @@ def parent_weights(folder: Path, model) -> ParentWeights:
     return ParentWeights(state, vocab, tokenizer, "deepseek")
 
 
-LAYOUT = ReleaseLayout(
-    name="deepseek",
-    help="a head=deepseek run on a model=hf family with MTP layers, depths as model.layers.{N+d-1}",
-    export=export_deepseek,
-    recognizes=is_deepseek_folder,
-    load=load_for_generation,
-    init_from=InitFromReader(kind="hf", read=parent_weights, identity_file=identity_file, prefix=HF_PREFIX),
-    check=check_main,
-)
+LAYOUT = ReleaseLayout("deepseek", "a head=deepseek run on a model=hf family with MTP layers, depths as model.layers.{N+d-1}",
+                       export_deepseek, recognizes=is_deepseek_folder, load=load_for_generation, check=check_main,
+                       init_from=InitFromReader(kind="hf", read=parent_weights, identity_file=identity_file, prefix=HF_PREFIX))

@@ -19,9 +19,9 @@ from typing import Protocol
 import torch
 import torch.nn as nn
 
-from lab.inference.proposer import head_identity, vocab_identity
-from lab.inference.sampling import TokenChooser
-from lab.inference.tree import ProposalBuffer, TreeShape, build_buffer
+from lab.decode_core.proposer import head_identity, vocab_identity
+from lab.decode_core.sampling import TokenChooser
+from lab.decode_core.tree import ProposalBuffer, TreeShape, build_buffer
 from lab.nn.draft_vocab import draft_rows_of, logits_on_rows
 
 
@@ -48,7 +48,7 @@ class DeepSeekChain:
     drafts_batches = False  # per-step caches whose rows depend on each request's drafts
 
     def __init__(self, state, draft_steps: int | None):
-        self.state, self.model = state, state.model  # a lab.inference.target.CachedModel and its model
+        self.state, self.model = state, state.model  # a lab.decode_core.target.CachedModel and its model
         self.head: ChainHead = state.model.head
         self.max_drafts = self.head.chain_steps if draft_steps is None else draft_steps
         self.seed_rows = []  # chunks [n_i, d] of the chain's input at committed target rows

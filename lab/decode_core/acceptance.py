@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from lab.inference.sampling import TokenChooser
-from lab.inference.tree import ProposalBuffer, TreeShape
+from lab.decode_core.sampling import TokenChooser
+from lab.decode_core.tree import ProposalBuffer, TreeShape
 
 
 def _check_distribution(values: Sequence[float], size: int) -> None:

@@ -44,29 +44,66 @@ upper bound: that surplus is the tree's gain.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 
 def _mean(values) -> float:
     values = list(values)
     return sum(values) / len(values) if values else float("nan")
 
 
-def round_counters(max_drafts: int, target_forwards: int = 0) -> dict:
-    """The counters every decoder keeps per request (single, batched plain, batched speculative), in the schema
-    `Generation.stats` and this ledger read; a decoder adds what else it measures (times, trees, lookup)."""
-    return {"target_forwards": target_forwards, "rounds": 0, "emitted": 0, "fallbacks": 0,
-            "proposed_by_position": [0] * max_drafts, "accepted_by_position": [0] * max_drafts,
-            "emitted_by_round": [], "proposed_by_round": [], "accepted_by_round": [], "stopped_by_round": []}
+@dataclass
+class RoundLedger:
+    """One request's rounds, counted alike by every decoder (single, batched plain, batched speculative).
+
+    `count_round` takes each round; `record_path` remembers a drafting round's rank-0 drafts for the path
+    counters; `stats(out)` gives the counters in `Generation.stats`' schema, which `ledger` and `merge` read.
+    A decoder adds what else it measures (times, trees, lookup) beside them.
+    """
+
+    max_drafts: int
+    target_forwards: int = 0
+    rounds: int = 0
+    fallbacks: int = 0  # drafting rounds that had no slot or no draft and stepped plainly
+    proposed_by_position: list[int] = field(init=False)
+    accepted_by_position: list[int] = field(init=False)
+    emitted_by_round: list[int] = field(default_factory=list)
+    proposed_by_round: list[int] = field(default_factory=list)
+    accepted_by_round: list[int] = field(default_factory=list)
+    stopped_by_round: list[bool] = field(default_factory=list)
+    path_rounds: list[tuple[int, list[int], int]] = field(default_factory=list)  # (frontier's output index, rank-0 drafts, accepted)
+
+    def __post_init__(self) -> None:
+        self.proposed_by_position, self.accepted_by_position = [0] * self.max_drafts, [0] * self.max_drafts
+
+    def count_round(self, proposed: int, accepted: int, emitted: int, stopped: bool) -> None:
+        """`proposed` drafts offered, the first `accepted` of them kept, `emitted` tokens published, `stopped` when the
+        request ended with this round (EOS or its budget)."""
+        self.rounds += 1
+        for j in range(proposed):
+            self.proposed_by_position[j] += 1
+            self.accepted_by_position[j] += int(j < accepted)
+        self.emitted_by_round.append(emitted), self.proposed_by_round.append(proposed), self.accepted_by_round.append(accepted)
+        self.stopped_by_round.append(stopped)
+
+    def record_path(self, start: int, top1: list[int], accepted: int) -> None:
+        """A drafting round: output index of its frontier, its rank-0 drafts, the accepted path's length."""
+        self.path_rounds.append((start, top1, accepted))
+
+    def stats(self, out: list[int], paths: bool) -> dict:
+        """The counters for output `out`, both acceptance conventions and tokens per target forward; with `paths`
+        (a drafting decoder) the path counters and their Fréchet bounds."""
+        stats = {"target_forwards": self.target_forwards, "rounds": self.rounds, "emitted": len(out), "fallbacks": self.fallbacks,
+                 **{name: list(getattr(self, name)) for name in ROUND_LISTS},
+                 "tokens_per_forward": len(out) / self.target_forwards if self.target_forwards else float("nan"),
+                 **acceptance_conventions(self.proposed_by_round, self.accepted_by_round, self.max_drafts)}
+        if paths:
+            stats.update(path_counters(self.path_rounds, out, self.max_drafts))
+            stats.update(path_bounds(stats))
+        return stats
 
 
-def count_round(stats: dict, proposed: int, accepted: int, emitted: int, stopped: bool) -> None:
-    """One round into `round_counters`: `proposed` drafts offered, the first `accepted` of them kept, `emitted` tokens
-    published, `stopped` when the request ended with it (EOS or its budget)."""
-    stats["rounds"] += 1
-    for j in range(proposed):
-        stats["proposed_by_position"][j] += 1
-        stats["accepted_by_position"][j] += int(j < accepted)
-    stats["emitted_by_round"].append(emitted), stats["proposed_by_round"].append(proposed), stats["accepted_by_round"].append(accepted)
-    stats["stopped_by_round"].append(stopped)
+ROUND_LISTS = ("proposed_by_position", "accepted_by_position", "emitted_by_round", "proposed_by_round", "accepted_by_round", "stopped_by_round")
 
 
 def decode_rate(stats: dict) -> float:
@@ -94,22 +131,16 @@ def acceptance_conventions(proposed_by_round: list[int], accepted_by_round: list
     }
 
 
-def record_round(stats: dict, start: int, top1: list[int], accepted: int) -> None:
-    """Remember a drafting round: output index of its frontier, its rank-0 drafts, the accepted path's length."""
-    stats.setdefault("_path_rounds", []).append((start, top1, accepted))
-
-
-def settle_paths(stats: dict, out: list[int], max_drafts: int) -> None:
-    """Count the checked rounds (`top1_*` and `path_*` counters, summable across requests) and add their rates."""
+def path_counters(path_rounds: list[tuple[int, list[int], int]], out: list[int], max_drafts: int) -> dict:
+    """The checked rounds' counters (`top1_*` and `path_*`, summable across requests) from `RoundLedger.path_rounds`."""
     match, checked, every, full = [0] * max_drafts, 0, 0, 0
-    for start, top1, accepted in stats.pop("_path_rounds", []):
+    for start, top1, accepted in path_rounds:
         if len(top1) < max_drafts or start + max_drafts >= len(out):
             continue  # a shortened round, or a draft slot past the output's end (budget or EOS)
         hits = [top1[j] == out[start + 1 + j] for j in range(max_drafts)]  # slot j + 1 after the frontier
         match = [m + h for m, h in zip(match, hits)]
         checked, every, full = checked + 1, every + all(hits), full + (accepted == max_drafts)
-    stats.update(top1_match_by_position=match, top1_checked_rounds=checked, top1_all_match=every, path_full_accepted=full)
-    stats.update(path_bounds(stats))
+    return {"top1_match_by_position": match, "top1_checked_rounds": checked, "top1_all_match": every, "path_full_accepted": full}
 
 
 def path_bounds(stats: dict) -> dict:

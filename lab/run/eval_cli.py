@@ -61,7 +61,7 @@ def settings_of(args) -> EvalSettings:
 def load(args):
     """(model, tokenizer, results folder, run.json or None)."""
     if args.model is not None:
-        from lab.eval.base import load_base
+        from lab.run.pretrained_base import load_base
 
         model, tokenizer = load_base(args.model)
         return model, tokenizer, args.out or Path("outputs") / "eval" / args.model, None

@@ -6,6 +6,6 @@ ledgers (`ledger`, `moe_ledger`) and the proposer protocol (`proposer`). A head'
 (lab/model/heads/*_drafter.py) is written against these; the decoding application that
 drives them (`generate`, batching, the CLI, loading, evaluation) is lab/decode.
 
-This package imports nothing from its own modules here: a head importing `lab.inference.tree`
-must not pull in the modules that import lab.model (cache, target, moe_ledger).
+It imports no model (a trunk answers its cache protocol), and this `__init__` imports none of its
+modules, so a head importing `lab.decode_core.tree` loads that module alone.
 """

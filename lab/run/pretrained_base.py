@@ -36,9 +36,9 @@ def load_base(name: str):
     from lab.data.hf_tokenizer import HFTokenizer
     from lab.model.trunks import trunk_spec
     from lab.model.mtp import build_model
-    from lab.train import CONF_DIR
+    from lab.config.paths import CONF_DIR
 
-    conf_dir = Path(CONF_DIR)
+    conf_dir = CONF_DIR
     known = (conf_dir / "model" / f"{name}.yaml").is_file()
     model_cfg = model_entry(conf_dir, name) if known else {}
     if not loads_pretrained(model_cfg):

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from lab.errors import require
-from lab.inference.cache import CacheSet
-from lab.inference.hf_cache import use_transformers_cache
+from lab.decode_core.cache import CacheSet
+from lab.decode_core.hf_cache import use_transformers_cache
 
 TRUNK = ("trunk",)
 # How a trunk's cache protocol (its `cache_protocol`) sets up the trunk's cache in a CacheSet: the harness's
@@ -60,7 +60,7 @@ class CachedModel:
     def forward(self, tokens: list[int], shape=None, last_logits_only: bool = False) -> TargetPass:
         """Run the next-token path on `tokens` placed after the cached rows (rows stay provisional).
 
-        With a draft tree `shape` (lab.inference.tree.TreeShape), token i is node i of the tree.
+        With a draft tree `shape` (lab.decode_core.tree.TreeShape), token i is node i of the tree.
         `last_logits_only` (a prefill): project the last row only, as transformers' generate does.
         """
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[None]  # [1, n]

@@ -1,5 +1,5 @@
 """The trunk cache of a transformers trunk (model=hf): transformers' own `DynamicCache` inside the
-harness's cache transaction (lab/inference/cache.py).
+harness's cache transaction (lab/decode_core/cache.py).
 
 It answers what `StackCache` answers (committed, length, provisional, commit, discard,
 row_bytes), so `CacheSet` and the decoders treat it like any other stack cache. A forward

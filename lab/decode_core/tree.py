@@ -1,4 +1,4 @@
-"""Draft trees (docs/decoding.md): topology, the typed proposal buffer, candidates (path statistics: lab.inference.ledger).
+"""Draft trees (docs/decoding.md): topology, the typed proposal buffer, candidates (path statistics: lab.decode_core.ledger).
 
 A tree is a set of root-to-leaf paths of candidate *ranks*: path (0, 2, 1) takes the best
 candidate at draft position 1, the third at position 2 and the second at position 3.

@@ -13,7 +13,7 @@ its module time (wall and per-thread CPU, forward hooks on the depth module) and
 end (the decoder's `kv_bytes_by_cache`, cache ("step", d)). An MLA depth caches per row its compressed latent and its rotary key
 (kv_lora_rank + qk_rope_head_dim values), counted at their own widths.
 
-The cost model (`cost_model`) puts an expert term into the round cost of the ledger (lab/inference/ledger.py):
+The cost model (`cost_model`) puts an expert term into the round cost of the ledger (lab/decode_core/ledger.py):
 
     C_round ≈ C_mtp + C_verify,   C_verify ≈ c_0 + expert_bytes_verify / β
 

@@ -34,7 +34,7 @@ from lab.data.packing import tokenize_documents, unigram_entropy_bits_from_count
 from lab.data.sources import Corpus, load_corpus
 from lab.data.streaming import StreamingRows
 from lab.data.token_store import MappedRows, TokenStream
-from lab.data.tokenizers import ByteTokenizer, Tokenizer, build_tokenizer
+from lab.data.tokenizers import TOKENIZER_KINDS, Tokenizer, build_tokenizer
 from lab.errors import require
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "mtp-lab"
@@ -172,9 +172,10 @@ class LMDataModule(RowsDataModule):
     @property
     def vocab_size(self) -> int:
         """Known from the config alone, so a model can be built before setup()."""
-        if self.config.tokenizer == "hf":
-            return self.tokenizer.vocab_size if self._prepared is not None else None  # the model's vocabulary rules
-        return self.config.vocab_size if self.config.tokenizer == "bpe" else ByteTokenizer.vocab_size
+        fixed = TOKENIZER_KINDS[self.config.tokenizer].vocab_before_setup(self.config.vocab_size)
+        if fixed is None and self._prepared is not None:
+            return self.tokenizer.vocab_size  # a pretrained model's tokenizer: known once read
+        return fixed
 
     @property
     def token_byte_lengths(self) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Tokenizers: a small protocol, a byte tokenizer, a cached byte-level BPE, and a symbol tokenizer.
+"""Tokenizers: a small protocol, a byte tokenizer, a cached byte-level BPE, a symbol tokenizer, and the registry of
+`data.tokenizer` kinds (`TOKENIZER_KINDS`: how each is checked, built, rebuilt from a manifest, turned into transformers').
 
 The byte and BPE tokenizers are lossless on any UTF-8 text. `SymbolTokenizer` (the synthetic
 tasks': node ids and separators) maps whitespace-separated symbols of a fixed list to ids and
@@ -12,9 +13,10 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import tokenizers as hf
@@ -22,7 +24,6 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from lab.errors import ConfigError, is_int, require
 
-TOKENIZER_KINDS = ("byte", "bpe", "hf")  # hf: a pretrained model's own (lab/data/hf_tokenizer.py, set by model=hf)
 N_BYTES = 256
 N_SPECIALS = 3  # BOS, EOS, PAD
 BYTE_VOCAB_SIZE = N_BYTES + N_SPECIALS
@@ -186,53 +187,106 @@ class SymbolTokenizer:
         return " ".join(self.symbols[int(i)] for i in ids if 0 <= int(i) < len(self.symbols))
 
 
-def tokenizer_from_identity(identity: dict, bpe_json: str | None = None) -> Tokenizer | None:
-    """The tokenizer an identity (a manifest's `tokenizer`) names; a BPE also needs its JSON. None: not enough."""
-    kind = identity.get("kind")
-    if kind == "byte":
-        return ByteTokenizer()
-    if kind == "symbols":
-        return SymbolTokenizer(identity["symbols"])
-    if kind == "bpe" and bpe_json:
-        return BPETokenizer(hf.Tokenizer.from_str(bpe_json), identity["vocab_size"])
-    if kind == "hf":
-        from lab.data.hf_tokenizer import HFTokenizer
-
-        tokenizer = HFTokenizer(identity["path"], "tokenizer")
-        require(tokenizer.identity["sha256"] == identity.get("sha256"), "tokenizer",
-                f"the tokenizer at {identity['path']} is not the one the run used (sha256 differs)")
-        return tokenizer
-    return None
-
-
 def bpe_cache_path(cache_dir: str | os.PathLike, fingerprint: str, vocab_size: int) -> Path:
     return Path(cache_dir) / "tokenizers" / f"bpe-{fingerprint[:24]}-v{vocab_size}.json"
+
+
+# ---------------------------------------------------------------- the kinds: one entry each
+
+
+@dataclass(frozen=True)
+class TokenizerKind:
+    """One value of `data.tokenizer`: how `data.vocab_size` is checked against it, how a run builds it, how a
+    manifest's identity rebuilds it, its vocabulary size before the data is prepared (None: only after), and the
+    transformers tokenizer it becomes in a Hugging Face folder (None: it has none)."""
+
+    check: Callable[[int | None], None]
+    build: Callable[[int | None, Iterable[str], str | os.PathLike | None, str, str | None], Tokenizer]
+    from_identity: Callable[[dict, str | None], Tokenizer | None]
+    vocab_before_setup: Callable[[int | None], int | None]
+    transformers_form: Callable[[dict, str | None], Any] = lambda identity, bpe_json: None
+
+
+def check_byte_vocab(vocab_size: int | None) -> None:
+    require(vocab_size is None or vocab_size == ByteTokenizer.vocab_size, "data.vocab_size",
+            f"the byte tokenizer has a fixed vocab_size of {ByteTokenizer.vocab_size}; leave it null, got {vocab_size}")
+
+
+def check_bpe_vocab(vocab_size: int | None) -> None:
+    require(is_int(vocab_size), "data.vocab_size", f"the bpe tokenizer needs an integer vocab_size ≥ {MIN_BPE_VOCAB}, got {vocab_size!r}")
+    require(vocab_size >= MIN_BPE_VOCAB, "data.vocab_size",
+            f"BPE vocab_size must be ≥ {MIN_BPE_VOCAB} ({N_BYTES} bytes + {N_SPECIALS} specials), got {vocab_size}")
+
+
+def check_hf_vocab(vocab_size: int | None) -> None:
+    require(vocab_size is None, "data.vocab_size", f"the hf tokenizer has its own vocabulary; leave it null, got {vocab_size}")
+
+
+def build_bpe(vocab_size: int, train_texts: Iterable[str], cache_dir, fingerprint: str, tokenizer_path: str | None) -> BPETokenizer:
+    """Loaded from `cache_dir`, or trained on `train_texts` (consumed only then) and cached."""
+    if cache_dir is None:
+        return BPETokenizer.train(train_texts, vocab_size)
+    cached = bpe_cache_path(cache_dir, fingerprint, vocab_size)
+    if cached.is_file():
+        return BPETokenizer.from_file(cached, vocab_size)
+    tokenizer = BPETokenizer.train(train_texts, vocab_size)
+    tokenizer.save(cached)
+    return tokenizer
+
+
+def bpe_transformers_form(identity: dict, bpe_json: str | None):
+    """The run's BPE as transformers' fast tokenizer, from the JSON the checkpoint carries (None without it)."""
+    if not bpe_json:
+        return None
+    from transformers import PreTrainedTokenizerFast
+
+    bos, eos, pad = BPE_SPECIALS
+    return PreTrainedTokenizerFast(tokenizer_object=hf.Tokenizer.from_str(bpe_json), bos_token=bos, eos_token=eos, pad_token=pad)
+
+
+def build_hf(vocab_size, train_texts, cache_dir, fingerprint: str, tokenizer_path: str | None):
+    from lab.data.hf_tokenizer import HFTokenizer
+
+    require(tokenizer_path is not None, "data.tokenizer_path", "data.tokenizer=hf needs the tokenizer's local folder")
+    return HFTokenizer(tokenizer_path)
+
+
+def hf_from_identity(identity: dict, bpe_json: str | None = None):
+    """The model's own tokenizer from the folder the identity names, refused when its sha256 differs."""
+    from lab.data.hf_tokenizer import HFTokenizer
+
+    tokenizer = HFTokenizer(identity["path"], "tokenizer")
+    require(tokenizer.identity["sha256"] == identity.get("sha256"), "tokenizer",
+            f"the tokenizer at {identity['path']} is not the one the run used (sha256 differs)")
+    return tokenizer
+
+
+TOKENIZER_KINDS: dict[str, TokenizerKind] = {
+    "byte": TokenizerKind(check=check_byte_vocab, build=lambda *_: ByteTokenizer(), from_identity=lambda identity, bpe_json: ByteTokenizer(),
+                          vocab_before_setup=lambda vocab_size: BYTE_VOCAB_SIZE),
+    "bpe": TokenizerKind(check=check_bpe_vocab, build=build_bpe,
+                         from_identity=lambda identity, bpe_json: BPETokenizer(hf.Tokenizer.from_str(bpe_json), identity["vocab_size"]) if bpe_json else None,
+                         vocab_before_setup=lambda vocab_size: vocab_size, transformers_form=bpe_transformers_form),
+    # hf: a pretrained model's own (lab/data/hf_tokenizer.py, set by model=hf)
+    "hf": TokenizerKind(check=check_hf_vocab, build=build_hf, from_identity=hf_from_identity, vocab_before_setup=lambda vocab_size: None,
+                        transformers_form=lambda identity, bpe_json: hf_from_identity(identity).transformers_tokenizer),
+}
+# Kinds a manifest can name that no `data.tokenizer` value builds: the synthetic tasks' symbols (named by their identity).
+IDENTITY_ONLY = {"symbols": lambda identity, bpe_json: SymbolTokenizer(identity["symbols"])}
+
+
+def tokenizer_from_identity(identity: dict, bpe_json: str | None = None) -> Tokenizer | None:
+    """The tokenizer an identity (a manifest's `tokenizer`) names; a BPE also needs its JSON. None: not enough."""
+    readers = {**{name: kind.from_identity for name, kind in TOKENIZER_KINDS.items()}, **IDENTITY_ONLY}
+    reader = readers.get(identity.get("kind"))
+    return None if reader is None else reader(identity, bpe_json)
 
 
 def check_tokenizer_config(kind: str, vocab_size: int | None) -> None:
     """Cheap checks, run at DataModule construction so the CLI fails before any work."""
     if kind not in TOKENIZER_KINDS:
         raise ConfigError("data.tokenizer", f"unknown {kind!r}; allowed: {', '.join(TOKENIZER_KINDS)}")
-    if kind == "hf":
-        require(vocab_size is None, "data.vocab_size", f"the hf tokenizer has its own vocabulary; leave it null, got {vocab_size}")
-        return
-    if kind == "byte":
-        require(
-            vocab_size is None or vocab_size == ByteTokenizer.vocab_size,
-            "data.vocab_size",
-            f"the byte tokenizer has a fixed vocab_size of {ByteTokenizer.vocab_size}; leave it null, got {vocab_size}",
-        )
-        return
-    require(
-        is_int(vocab_size),
-        "data.vocab_size",
-        f"the bpe tokenizer needs an integer vocab_size ≥ {MIN_BPE_VOCAB}, got {vocab_size!r}",
-    )
-    require(
-        vocab_size >= MIN_BPE_VOCAB,
-        "data.vocab_size",
-        f"BPE vocab_size must be ≥ {MIN_BPE_VOCAB} ({N_BYTES} bytes + {N_SPECIALS} specials), got {vocab_size}",
-    )
+    TOKENIZER_KINDS[kind].check(vocab_size)
 
 
 def build_tokenizer(
@@ -243,23 +297,6 @@ def build_tokenizer(
     fingerprint: str,
     tokenizer_path: str | None = None,
 ) -> Tokenizer:
-    """A byte tokenizer, or a BPE loaded from `cache_dir` or trained on `train_texts` and cached.
-
-    `train_texts` is consumed only when a BPE has to be trained.
-    """
+    """The run's tokenizer of `kind` (`train_texts` is consumed only when a BPE has to be trained)."""
     check_tokenizer_config(kind, vocab_size)
-    if kind == "byte":
-        return ByteTokenizer()
-    if kind == "hf":
-        from lab.data.hf_tokenizer import HFTokenizer
-
-        require(tokenizer_path is not None, "data.tokenizer_path", "data.tokenizer=hf needs the tokenizer's local folder")
-        return HFTokenizer(tokenizer_path)
-    if cache_dir is None:
-        return BPETokenizer.train(train_texts, vocab_size)
-    cached = bpe_cache_path(cache_dir, fingerprint, vocab_size)
-    if cached.is_file():
-        return BPETokenizer.from_file(cached, vocab_size)
-    tokenizer = BPETokenizer.train(train_texts, vocab_size)
-    tokenizer.save(cached)
-    return tokenizer
+    return TOKENIZER_KINDS[kind].build(vocab_size, train_texts, cache_dir, fingerprint, tokenizer_path)

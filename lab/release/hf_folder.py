@@ -22,21 +22,14 @@ from lab.errors import ConfigError, require
 
 def transformers_tokenizer(payload: dict, manifest: dict):
     """The run's tokenizer as a transformers tokenizer: a lab BPE wrapped, or the model's own."""
+    from lab.data.tokenizers import TOKENIZER_KINDS
+
     identity = (payload or {}).get("identity") or manifest.get("tokenizer") or {}
-    kind = identity.get("kind")
-    if kind == "hf":
-        from lab.data.tokenizers import tokenizer_from_identity
-
-        return tokenizer_from_identity(identity).transformers_tokenizer
-    require(kind == "bpe" and (payload or {}).get("json"), "tokenizer",
-            f"a {kind or 'missing'} tokenizer has no transformers form; train stage 1 with data.tokenizer=bpe (or on a model=hf tokenizer)")
-    import tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    from lab.data.tokenizers import BPE_SPECIALS
-
-    bos, eos, pad = BPE_SPECIALS
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizers.Tokenizer.from_str(payload["json"]), bos_token=bos, eos_token=eos, pad_token=pad)
+    kind = TOKENIZER_KINDS.get(identity.get("kind"))
+    form = None if kind is None else kind.transformers_form(identity, (payload or {}).get("json"))
+    require(form is not None, "tokenizer", f"a {identity.get('kind') or 'missing'} tokenizer has no transformers form; "
+            "train stage 1 with data.tokenizer=bpe (or on a model=hf tokenizer)")
+    return form
 
 
 def export_hf(checkpoint: dict, out: Path, model) -> None:

@@ -25,13 +25,9 @@ from lab.schema import field_names, typed
 
 @dataclass(frozen=True)
 class NextTokenPath:
-    """What horizon 1 needs from a head, for a next-token-only release (lab/release/export.py).
-
-    `blocks`: head state-key prefixes of the transformer blocks horizon 1 runs right after
-    the trunk, in order (each becomes one more trunk block of the release).
-    `projection`: the head state key of horizon 1's own V×d projection (None: the trunk's).
-    `release_head`: the head config of the release; `kept`: head state keys it keeps as they are.
-    """
+    """What horizon 1 needs from a head, for a next-token-only release (lab/release/export.py): `blocks`, the head
+    state-key prefixes of the blocks horizon 1 runs after the trunk, in order (each becomes one more trunk block);
+    `projection`, horizon 1's own V×d projection key (None: the trunk's); the release's head config; the keys kept."""
 
     blocks: tuple[str, ...] = ()
     projection: str | None = None
@@ -42,10 +38,9 @@ class NextTokenPath:
 class MTPHead(nn.Module):
     """Base class: K horizons, optional replicated unembeddings, trunk-gradient ownership.
 
-    What the module itself uses lives on its class: its config (`config_class`, `build_config`),
-    its drafter, compute matching (`main_path_blocks`), which horizon each weight serves
-    (`horizon_of`) and the next-token path (`next_token_path`). What the rest of the harness reads
-    (release layouts, report traits, test examples) is its folder's `HeadSpec` (lab/model/heads/spec.py).
+    What the module itself uses lives on its class: its config, its drafter, compute matching, which horizon
+    each weight serves and the next-token path. What the rest of the harness reads (release layout names, report
+    traits, test examples) is its folder's `HeadSpec` (lab/model/heads/spec.py).
     """
 
     config_class: type[HeadConfig] = HeadConfig

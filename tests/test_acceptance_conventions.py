@@ -113,11 +113,11 @@ ROUNDS = [  # (output index of the frontier, rank-0 drafts, accepted path length
 ]
 
 
-def settled(rounds, paths: bool = True) -> dict:
-    ledger = RoundLedger(3)
+def settled(rounds, max_drafts: int = 3) -> dict:
+    ledger = RoundLedger(max_drafts)
     for round_ in rounds:
         ledger.record_path(*round_)
-    return ledger.stats(OUT, paths)
+    return ledger.stats(OUT)
 
 
 def test_hand_built_rounds_give_path_acceptance_and_its_frechet_bounds():
@@ -129,7 +129,7 @@ def test_hand_built_rounds_give_path_acceptance_and_its_frechet_bounds():
     assert got["frechet_lower"] == pytest.approx(0.25)  # max(0, 1 + 0.5 + 0.75 - 3 + 1)
     assert got["frechet_upper"] == 0.5  # min a_j
     assert got["frechet_lower"] <= got["top1_all"] <= got["frechet_upper"]
-    assert "top1_all" not in settled(ROUNDS, paths=False)  # a decoder that does not draft reports no paths
+    assert "top1_all" not in settled([], max_drafts=0)  # a decoder that does not draft reports no paths
 
 
 def test_the_ledger_counts_rounds_by_position_and_rate():
@@ -138,7 +138,7 @@ def test_the_ledger_counts_rounds_by_position_and_rate():
     for proposed, accepted, emitted, stopped in ((3, 2, 3, False), (1, 0, 1, False), (2, 2, 2, True)):
         ledger.target_forwards += 1
         ledger.count_round(proposed, accepted, emitted, stopped)
-    got = ledger.stats(list(range(7)), paths=False)  # the prefill's token + 6
+    got = ledger.stats(list(range(7)))  # the prefill's token + 6
     assert (got["rounds"], got["target_forwards"], got["emitted"], got["tokens_per_forward"]) == (3, 4, 7, 7 / 4)
     assert got["proposed_by_position"] == [3, 2, 1] and got["accepted_by_position"] == [2, 2, 0]
     assert got["accept_by_position"] == [2 / 3, 1.0, 0.0] and got["reach_by_position"] == [2 / 3, 2 / 3, 0.0]

@@ -193,5 +193,5 @@ def row_stats(out: list[int], shared: dict) -> dict:
     ledger = RoundLedger(0, target_forwards=shared["target_forwards"])
     for i in range(rounds):
         ledger.count_round(proposed=0, accepted=0, emitted=1, stopped=i == rounds - 1)
-    return {**shared, **ledger.stats(out, paths=False), "draft_time_s": 0.0, "verify_time_s": elapsed - shared["prefill_time_s"],
+    return {**shared, **ledger.stats(out), "draft_time_s": 0.0, "verify_time_s": elapsed - shared["prefill_time_s"],
             "tokens_per_s": len(out) / elapsed if elapsed > 0 else float("nan")}

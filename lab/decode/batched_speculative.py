@@ -2,12 +2,11 @@
 
 B requests share every target pass: each round appends [frontier, m drafts] to every row
 (m = the largest of the rows' draft counts; a row with fewer drafts, or one that has stopped,
-pads with token 0), and each row then accepts its own prefix with the single-request
-selector (lab.decode_core.acceptance.select), so its law is a single request's. Slots a row does
-not keep (rejected drafts, padding) become holes in the shared caches (lab.decode.batched):
-the row's queries never see them and its positions skip them. The draft heads' rows come
-out of the same pass, read at each row's last kept slot, and each row proposes and accepts with the
-single-request drafter's parts (`IndependentHeads.for_batch`, lab.decode_core.acceptance.accept_tree).
+pads with token 0), and each row proposes and accepts its own prefix as a single request does
+(`IndependentHeads.for_batch`, lab.decode_core.acceptance.accept_tree), so its law is a single
+request's. Slots a row does not keep (rejected drafts, padding) become holes in the shared caches
+(lab.decode.batched): the row's queries never see them and its positions skip them. The draft
+heads' rows come out of the same pass, read at each row's last kept slot.
 
 With one generator per request (`generator=[g_1, …, g_B]`) row b draws its random numbers in
 exactly the order a single request with g_b does, so its tokens equal that request's.
@@ -68,7 +67,7 @@ def speculative_rows(model, rows: list[torch.Tensor], max_new_tokens: int, choos
     results = []
     for out, ledger in zip(outputs, ledgers):
         results.append((out, {
-            **ledger.stats(out, paths=True), "prefill_time_s": prefill_s, "draft_time_s": 0.0, "verify_time_s": verify_s, "total_time_s": elapsed,
+            **ledger.stats(out), "prefill_time_s": prefill_s, "draft_time_s": 0.0, "verify_time_s": verify_s, "total_time_s": elapsed,
             "tokens_per_s": len(out) / elapsed if elapsed > 0 else float("nan"),
             "batch_size": len(rows), "batch_tokens_per_s": batch_tokens / elapsed if elapsed > 0 else float("nan"),
             "kv_bytes": {"target": caches.peak_bytes, "draft": 0, "branch_peak": 0},  # every stack's slots, holes included

@@ -170,7 +170,7 @@ class Decoder:
             self.settle_split(CLOCK() - rounds_begin)
         elapsed = CLOCK() - begin
         self.stats.update(
-            **self.ledger.stats(out, paths=self.proposer is not None),
+            **self.ledger.stats(out),
             kv_bytes=dict(self.state.caches.peak_bytes),
             kv_bytes_by_cache={str(key): cache.length * cache.row_bytes() for key, cache in self.state.caches.caches.items()},  # held at the end
             total_time_s=elapsed,

@@ -90,14 +90,14 @@ class RoundLedger:
         """A drafting round: output index of its frontier, its rank-0 drafts, the accepted path's length."""
         self.path_rounds.append((start, top1, accepted))
 
-    def stats(self, out: list[int], paths: bool) -> dict:
-        """The counters for output `out`, both acceptance conventions and tokens per target forward; with `paths`
-        (a drafting decoder) the path counters and their Fréchet bounds."""
+    def stats(self, out: list[int]) -> dict:
+        """The counters for output `out`, both acceptance conventions and tokens per target forward; for a drafting
+        decoder (max_drafts ≥ 1) the path counters and their Fréchet bounds."""
         stats = {"target_forwards": self.target_forwards, "rounds": self.rounds, "emitted": len(out), "fallbacks": self.fallbacks,
                  **{name: list(getattr(self, name)) for name in ROUND_LISTS},
                  "tokens_per_forward": len(out) / self.target_forwards if self.target_forwards else float("nan"),
                  **acceptance_conventions(self.proposed_by_round, self.accepted_by_round, self.max_drafts)}
-        if paths:
+        if self.max_drafts:
             stats.update(path_counters(self.path_rounds, out, self.max_drafts))
             stats.update(path_bounds(stats))
         return stats

@@ -134,5 +134,20 @@ def test_decode_speed_against_peers_quick(tmp_path):
                             check=False, cwd=ROOT, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if re.search(r"\s(code|text)\s+harness ", line)]
-    assert "== peers" in result.stdout and "transformers prompt lookup" in result.stdout and len(rows) == 2 * 10, result.stdout
+    assert "== peers" in result.stdout and "transformers prompt lookup" in result.stdout and len(rows) == 2 * 12, result.stdout
     assert all(re.search(r"\s(\d+)/\1$", line.rstrip()) for line in rows), result.stdout  # n/n prompts: plain's tokens everywhere
+
+
+@pytest.mark.slow
+def test_decode_speed_against_peers_replays_identical_text_in_bf16(tmp_path):
+    """`--replay --dtype bfloat16`: every decoder, transformers' own included, writes harness plain's tokens and says
+    how many slots the replay held off its argmax."""
+    from tests.hf_fixtures import write_llama
+
+    folder = write_llama(tmp_path / "llama")
+    result = subprocess.run([sys.executable, "-m", "experiments.benchmarks.decode_speed", "--quick", "--skip-cache-part", "--peers", str(folder),
+                             "--dtype", "bfloat16", "--replay"], check=False, cwd=ROOT, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if re.search(r"\s(code|text)\s+(harness|transformers) ", line)]
+    assert "identical text" in result.stdout and len(rows) == 2 * 14, result.stdout
+    assert all(re.search(r"\s(\d+)/\1; replay held \d+ of \d+ slots$", line.rstrip()) for line in rows), result.stdout

@@ -100,6 +100,23 @@ def test_ngram_occurrence_loop_and_spec_factor_by_hand():
     assert index.lookup([3, 4, 3, 4, 3], 2) == [4, 3]
 
 
+def test_both_occurrences_draft_two_branches_of_one_tree_by_hand():
+    """Text 7 1 8 9 1 5 6 | frontier 1: the latest "1" continues 5 6 1, the earliest 8 9 1 5 — one tree, the latest's chain
+    as rank 0 and the earliest's as the root's second child; choose verifies the same tree; a graft adds both to the heads'."""
+    text = [7, 1, 8, 9, 1, 5, 6, 1]
+    both = NgramProposer(AtLength(), PromptLookup(sizes=(1,), max_draft=4, occurrence="both"), "V")
+    assert both.match(text[:-1], text[-1], 10) == (1, [5, 6, 1])
+    assert both.branches(text[:-1], text[-1], 10) == (1, [[5, 6, 1], [8, 9, 1, 5]])
+    tree = both.propose(text[:-1], text[-1], 10, None)
+    assert tree.shape.rank_paths == ((), (0,), (1,), (0, 0), (1, 0), (0, 0, 0), (1, 0, 0), (1, 0, 0, 0))
+    assert tree.tokens == [1, 5, 8, 6, 9, 1, 1, 5] and tree.point_masses == frozenset(range(1, 8))
+    assert tree.head_identity == "prompt lookup"
+    short = NgramProposer(AtLength(), PromptLookup(sizes=(1,), max_draft=2, occurrence="both"), "V")
+    assert short.propose([3, 4, 3, 4], 3, 10, None).tokens == [3, 4, 3]  # both copies are 4 3: one chain, no second branch
+    longer = NgramProposer(AtLength(), PromptLookup(sizes=(1,), max_draft=4, occurrence="both"), "V")
+    assert longer.propose([3, 4, 3, 4], 3, 10, None).tokens == [3, 4, 3, 4, 3]  # 4 3 (the text's end) inside 4 3 4 3: one chain
+
+
 def test_pruning_keeps_a_rank_closed_subtree():
     """Widths [2, 2]: dropping node (0,) drops its children; dropping (1, 0) drops (1, 1) too (a rank needs the ones before)."""
     shape = TreeShape.from_widths([2, 2])  # nodes: (), (0,), (1,), (0,0), (0,1), (1,0), (1,1)
@@ -116,6 +133,8 @@ CASES = {  # model head, generate options
     "suffix_alone": ("ntp", {"ngram": {"method": "suffix", "max_draft": 5, "loop": True}}),
     "parallel_choose_suffix": ("parallel", {"ngram": {"method": "suffix", "max_draft": 6, "combine": "choose", "min_match": 2}}),
     "parallel_choose_ngram": ("parallel", {"ngram": {"max_draft": 6, "combine": "choose", "min_match": 1, "loop": True}}),
+    "ntp_both_occurrences": ("ntp", {"ngram": {"sizes": [1], "max_draft": 4, "occurrence": "both"}}),
+    "parallel_choose_both": ("parallel", {"ngram": {"sizes": [1], "max_draft": 4, "combine": "choose", "min_match": 1, "occurrence": "both"}}),
     "parallel_gated_chain": ("parallel", {"confidence": 0.2}),
     "parallel_gated_tree": ("parallel", {"confidence": 0.05, "tree": [2, 2]}),
     "deepseek_choose_gated": ("deepseek_d2", {"ngram": {"method": "suffix", "combine": "choose"}, "confidence": 0.1}),
@@ -132,13 +151,15 @@ def test_greedy_with_each_new_drafter_equals_plain_greedy(case):
         out = generate(model, prompt, 20, speculative=True, **options)
         assert out.tokens == plain
         drafters.update(out.stats["drafter_by_round"])
-    expected = {"suffix_alone": {"lookup"}, "parallel_gated_chain": {"heads"}, "parallel_gated_tree": {"heads"}}.get(case, {"lookup", "heads"})
+    expected = {"suffix_alone": {"lookup"}, "ntp_both_occurrences": {"lookup"}, "parallel_gated_chain": {"heads"}, "parallel_gated_tree": {"heads"}}.get(case, {"lookup", "heads"})
     assert expected <= set(drafters), drafters  # every drafter of the case drafted some round
 
 
 LAW_CASES = {  # tiny vocabulary-3 models of tests/test_decode_law.py
     "suffix_alone": ("parallel", {"ngram": {"method": "suffix", "max_draft": 2, "with_heads": False, "loop": True}}),
     "choose_suffix_or_heads": ("parallel", {"ngram": {"method": "suffix", "max_draft": 2, "combine": "choose", "min_match": 2}}),
+    "both_occurrences": ("parallel", {"ngram": {"sizes": [1], "max_draft": 2, "with_heads": False, "occurrence": "both"}}),
+    "graft_both_occurrences": ("linear", {"ngram": {"sizes": [1], "max_draft": 2, "occurrence": "both"}, "draft_steps": 1}),
     "gated_chain": ("parallel", {"confidence": 0.4}),
     "gated_tree": ("linear", {"confidence": 0.5, "tree": [2]}),  # a law over 3 tokens has a top probability ≥ 1/3
 }

@@ -19,6 +19,7 @@ column ("same tokens") shows it.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from pathlib import Path
 
@@ -26,11 +27,13 @@ import torch
 
 from experiments.benchmarks.common import cpu_clock, table
 from lab.decode import generate
+from lab.decode.follow import TransformersFollow
 from lab.decode.ngram import PromptLookup
 
 LOOKUP_TOKENS, LOOKUP_NGRAM = 10, 2  # transformers' prompt lookup settings; the harness's lookup uses the same
 CHOOSE_MIN_MATCH = 2  # one drafter per round: the lookup on a match of ≥ 2 tokens (a 1-token match pays for ~4 drafts only)
 GATE = 0.3  # the heads' drafts below this probability under the head are not verified
+DRAFTS_PER_MATCHED_TOKEN = 3.0  # spec_factor: a 1-token match drafts 3 (P(≥ j accepted) falls fast after a weak match), a 2-token one 6
 TEXT_PROMPTS = [
     "The river that runs past the old mill is slow in summer and loud in spring. Children from the village come down to it "
     "after school, and the miller, who has seen them do this for thirty years, still tells them to keep away from the wheel.",
@@ -41,6 +44,7 @@ TEXT_PROMPTS = [
     "The committee met on Tuesday to discuss the budget for next year. After a long debate about the library, the members agreed "
     "to keep its opening hours, to delay the new roof until autumn, and to ask the council for a second opinion on the costs.",
 ]
+PEER_SETS = ("code", "text", "humaneval")  # prompt_token_ids' sets
 CODE_FILES = ["lab/decode/ngram.py", "lab/decode_core/tree.py", "lab/decode_core/acceptance.py", "lab/decode_core/cache.py"]
 
 
@@ -59,38 +63,48 @@ class ForwardCounter:
         module.register_forward_hook(lambda *args: setattr(self, "calls", self.calls + 1))
 
 
+def harness(model, **options):
+    """A harness decoder: (prompt, n, reference or None) -> (tokens, slots a replay held off the argmax or None)."""
+    def decode(p, n, reference=None):
+        out = generate(model, p, n, follow=reference, **options)
+        return out.tokens, out.stats.get("replay_disagreements")
+    return decode
+
+
 def harness_modes(model, tree) -> dict:
     """Plain decoding runs the next-token path only, so one model with heads serves every harness mode."""
     sizes = tuple(range(LOOKUP_NGRAM, 0, -1))
     lookup = dict(max_draft=LOOKUP_TOKENS, with_heads=False)
     modes = {
-        "harness plain": lambda p, n: generate(model, p, n).tokens,
-        "harness n-gram": lambda p, n: generate(model, p, n, speculative=True, ngram=PromptLookup(sizes, **lookup)).tokens,
-        "harness n-gram earliest, loop": lambda p, n: generate(model, p, n, speculative=True,
-                                                              ngram=PromptLookup(sizes, occurrence="earliest", loop=True, **lookup)).tokens,
-        "harness suffix": lambda p, n: generate(model, p, n, speculative=True, ngram=PromptLookup(method="suffix", loop=True, **lookup)).tokens,
+        "harness plain": harness(model),
+        "harness n-gram": harness(model, speculative=True, ngram=PromptLookup(sizes, **lookup)),
+        "harness n-gram earliest, loop": harness(model, speculative=True, ngram=PromptLookup(sizes, occurrence="earliest", loop=True, **lookup)),
+        "harness suffix": harness(model, speculative=True, ngram=PromptLookup(method="suffix", loop=True, **lookup)),
+        "harness n-gram, both occurrences": harness(model, speculative=True, ngram=PromptLookup(sizes, occurrence="both", **lookup)),
+        f"harness n-gram, ≤ {DRAFTS_PER_MATCHED_TOKEN} drafts per matched token": harness(
+            model, speculative=True, ngram=PromptLookup(sizes, spec_factor=DRAFTS_PER_MATCHED_TOKEN, **lookup)),
     }
     if model.k > 1:
         choose = dict(max_draft=LOOKUP_TOKENS, combine="choose", min_match=CHOOSE_MIN_MATCH, loop=True)
-        modes["harness heads chain"] = lambda p, n: generate(model, p, n, speculative=True).tokens
-        modes[f"harness heads chain, p ≥ {GATE}"] = lambda p, n: generate(model, p, n, speculative=True, confidence=GATE).tokens
+        modes["harness heads chain"] = harness(model, speculative=True)
+        modes[f"harness heads chain, p ≥ {GATE}"] = harness(model, speculative=True, confidence=GATE)
         if model.head.drafter is not None and model.head.drafter.drafts_trees and tree:
-            modes[f"harness heads tree {tree}"] = lambda p, n: generate(model, p, n, speculative=True, tree=tree).tokens
-        modes["harness heads + n-gram"] = lambda p, n: generate(model, p, n, speculative=True, ngram=PromptLookup(sizes, LOOKUP_TOKENS)).tokens
-        modes["harness suffix or heads"] = lambda p, n: generate(model, p, n, speculative=True, confidence=GATE,
-                                                                 ngram=PromptLookup(method="suffix", **choose)).tokens
-        modes["harness n-gram or heads"] = lambda p, n: generate(model, p, n, speculative=True, confidence=GATE,
-                                                                 ngram=PromptLookup(sizes, **choose)).tokens
+            modes[f"harness heads tree {tree}"] = harness(model, speculative=True, tree=tree)
+        modes["harness heads + n-gram"] = harness(model, speculative=True, ngram=PromptLookup(sizes, LOOKUP_TOKENS))
+        modes["harness suffix or heads"] = harness(model, speculative=True, confidence=GATE, ngram=PromptLookup(method="suffix", **choose))
+        modes["harness n-gram or heads"] = harness(model, speculative=True, confidence=GATE, ngram=PromptLookup(sizes, **choose))
     return modes
 
 
 def transformers_modes(hf) -> dict:
     def run(**options):
-        def decode(p, n):
+        def decode(p, n, reference=None):
             ids = p[None]
-            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                              eos_token_id=None, pad_token_id=0, **options)
-            return out[0, p.numel():].tolist()
+            held = TransformersFollow(hf, reference, p.numel()) if reference is not None else contextlib.nullcontext()
+            with held:
+                out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                                  eos_token_id=None, pad_token_id=0, **options)
+            return out[0, p.numel():].tolist(), None if reference is None else held.disagreements
         return decode
 
     modes = {"transformers plain": run(), "transformers prompt lookup": run(prompt_lookup_num_tokens=LOOKUP_TOKENS,
@@ -100,8 +114,12 @@ def transformers_modes(hf) -> dict:
     return modes
 
 
-def peers_report(model, prompt_ids: dict[str, list[list[int]]], new_tokens: int, repeats: int, tree, label: str) -> list[list]:
-    """prompt_ids: {"code": [...], "text": [...], "humaneval": [...]} token ids. Rows of `HEADERS`."""
+def peers_report(model, prompt_ids: dict[str, list[list[int]]], new_tokens: int, repeats: int, tree, label: str,
+                 replay: bool = False) -> list[list]:
+    """prompt_ids: {"code": [...], "text": [...], "humaneval": [...]} token ids. Rows of `HEADERS`.
+
+    `replay`: every decoder, transformers' included, is held to harness plain's continuation of each prompt
+    (lab.decode.follow), so all write the same text in any dtype; the last column counts the slots held off the argmax."""
     modes = {**harness_modes(model, tree), **transformers_modes(model.hf_model)}
     counter = ForwardCounter(model.hf_model.base_model)
     clock = cpu_clock()
@@ -109,26 +127,31 @@ def peers_report(model, prompt_ids: dict[str, list[list[int]]], new_tokens: int,
     for kind, ids in prompt_ids.items():
         prompts = [torch.tensor(p) for p in ids]
         seconds, forwards = {name: [] for name in modes}, {name: 0 for name in modes}
-        references = [modes["harness plain"](p, new_tokens) for p in prompts]
-        same = {name: agreement([modes[name](p, new_tokens) for p in prompts], references) for name in modes}  # also warms up
+        references = [modes["harness plain"](p, new_tokens)[0] for p in prompts]
+        held = references if replay else [None] * len(prompts)
+        same = {name: agreement([modes[name](p, new_tokens, r) for p, r in zip(prompts, held)], references) for name in modes}  # also warms up
         for repeat in range(repeats):
-            for i, prompt in enumerate(prompts):
+            for i, (prompt, reference) in enumerate(zip(prompts, held)):
                 shift = (repeat + i) % len(modes)
                 names = list(modes)
                 for name in names[shift:] + names[:shift]:
                     before, start = counter.calls, clock()
-                    modes[name](prompt, new_tokens)
+                    modes[name](prompt, new_tokens, reference)
                     seconds[name].append(clock() - start)
                     forwards[name] += counter.calls - before
         rows += summarize(kind, label, seconds, forwards, same, new_tokens, len(prompts) * repeats)
     return rows
 
 
-def agreement(outputs: list[list[int]], references: list[list[int]]) -> str:
-    """`n/N` prompts whose output is the reference's, and where the first that is not parts from it."""
+def agreement(decoded: list[tuple[list[int], int | None]], references: list[list[int]]) -> str:
+    """`n/N` prompts whose output is the reference's, and where the first that is not parts from it; for a replay,
+    the slots held off the target's own argmax (near-ties: the decoder alone would have written another token there)."""
+    outputs = [tokens for tokens, _ in decoded]
     same = sum(o == r for o, r in zip(outputs, references))
     parted = [next((i for i, (a, b) in enumerate(zip(o, r)) if a != b), min(len(o), len(r))) for o, r in zip(outputs, references) if o != r]
-    return f"{same}/{len(references)}" + (f" (first parts at token {min(parted)})" if parted else "")
+    held = [count for _, count in decoded if count is not None]
+    return (f"{same}/{len(references)}" + (f" (first parts at token {min(parted)})" if parted else "")
+            + (f"; replay held {sum(held)} of {sum(map(len, outputs))} slots" if held else ""))
 
 
 def prompt_token_ids(tokenizer, root: Path, humaneval: int = 8) -> dict[str, list[list[int]]]:
@@ -155,7 +178,8 @@ HEADERS = ["model", "prompts", "decoder", "tokens/forward", "CPU ms/token", "spe
            "speed vs transformers prompt lookup", "same tokens as harness plain"]
 
 
-def print_peers(rows: list[list], new_tokens: int, repeats: int) -> None:
-    print(f"\n== peers: greedy, batch 1, {new_tokens} new tokens, {repeats} interleaved repeats per prompt, per-thread CPU time, "
+def print_peers(rows: list[list], new_tokens: int, repeats: int, replay: bool = False) -> None:
+    held = ", every decoder replaying harness plain's text (identical text)" if replay else ""
+    print(f"\n== peers: greedy{held}, batch 1, {new_tokens} new tokens, {repeats} interleaved repeats per prompt, per-thread CPU time, "
           f"{torch.get_num_threads()} thread(s); speed = median [min–max] of per-run time ratios")
     print(table(HEADERS, rows))

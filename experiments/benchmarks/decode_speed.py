@@ -42,11 +42,13 @@ from experiments.benchmarks.common import Timing, cpu_clock, interleave, paired_
 
 import argparse
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from experiments.benchmarks.decode_batch import batch_report
+from experiments.benchmarks.decode_peers import PEER_SETS
 from lab.decode import generate
 from lab.decode.evaluation import DEGENERATE_BELOW, distinct_ngram_ratio, document_prompts
 from lab.decode.loading import load_for_generation
@@ -290,6 +292,10 @@ def main() -> None:
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
                         help="with --peers: the model's dtype (default: float32 for untrained heads, the run's own with --runs); "
                              "float32 greedy makes every exact decoder write plain decoding's tokens, so they compare on the same text")
+    parser.add_argument("--peer-sets", default="code,text,humaneval", help="with --peers: the prompt sets, comma-separated (code, text, humaneval)")
+    parser.add_argument("--replay", action="store_true",
+                        help="with --peers: hold every decoder (transformers' too) to harness plain's continuation, so all compare on "
+                             "identical text in any dtype (bf16 included); reports the slots held off each decoder's own argmax")
     parser.add_argument("--trees", default=None,
                         help='draft trees to compare with the chain, e.g. "4,3,2;2,2,2;auto:16" (auto:N = N nodes from the run\'s val/agree; needs --runs)')
     args = parser.parse_args()
@@ -305,42 +311,57 @@ def main() -> None:
     if args.runs and args.trees:
         tree_report(args.runs, args.trees.split(";"), args.prompts, args.prompt_tokens, args.new_tokens, args.prompt_set)
     if args.peers:
-        repeats = 1 if args.quick else args.spec_repeats
+        sets = tuple(args.peer_sets.split(","))
+        if set(sets) - set(PEER_SETS):
+            parser.error(f"--peer-sets: unknown {sorted(set(sets) - set(PEER_SETS))}; allowed: {', '.join(PEER_SETS)}")
+        run = PeerRun(args.peer_tree, new_tokens, 1 if args.quick else args.spec_repeats, args.replay, sets)
         if args.runs:  # the runs' trained heads on the same base (the folder gives the tokenizer)
             for run_dir in args.runs:
-                peers_of_run(run_dir, args.peers, args.peer_tree, new_tokens, repeats, args.dtype)
+                peers_of_run(run_dir, args.peers, run, args.dtype)
         else:
-            peers(args.peers, args.heads, args.peer_tree, args.dtype or "float32", new_tokens, repeats)
+            peers(args.peers, args.heads, run, args.dtype or "float32")
 
 
-def peers(folder: Path, heads: str, tree: str, dtype: str, new_tokens: int, repeats: int) -> None:
+@dataclass(frozen=True)
+class PeerRun:
+    """How `--peers` compares: the heads' draft tree (widths), tokens per request, timed repeats, replay, prompt sets."""
+
+    tree: str
+    new_tokens: int
+    repeats: int
+    replay: bool = False
+    sets: tuple[str, ...] = PEER_SETS
+
+
+def peers(folder: Path, heads: str, run: PeerRun, dtype: str) -> None:
     """`--peers FOLDER`: untrained heads NAME:K on the folder's model against the peers."""
     from lab.model.mtp import build_model
 
     name, k = heads.split(":")
     head = {"name": name, "k": int(k), "compute_match": "none"}
     model = build_model({"name": "hf", "path": str(folder), "dtype": dtype}, head).eval()
-    compare_with_peers(model, folder, tree, new_tokens, repeats, f"{folder.name} {dtype} + untrained {name} K={k}")
+    compare_with_peers(model, folder, f"{folder.name} {dtype} + untrained {name} K={k}", run)
 
 
-def peers_of_run(run_dir: Path, folder: Path, tree: str, new_tokens: int, repeats: int, dtype: str | None = None) -> None:
+def peers_of_run(run_dir: Path, folder: Path, run: PeerRun, dtype: str | None = None) -> None:
     """`--peers FOLDER --runs RUN...`: a trained run's heads (and its trunk, in the run's dtype or `dtype`) against the same peers."""
     model = load_for_generation(run_dir).model.eval()
     if dtype is not None:
         model = model.to(getattr(torch, dtype))
     label = f"{run_dir.name} ({model.head_cfg.name} K={model.k}, {next(model.parameters()).dtype})"
-    compare_with_peers(model, folder, tree, new_tokens, repeats, label)
+    compare_with_peers(model, folder, label, run)
 
 
-def compare_with_peers(model, folder: Path, tree: str, new_tokens: int, repeats: int, label: str) -> None:
+def compare_with_peers(model, folder: Path, label: str, run: PeerRun) -> None:
     """The folder's tokenizer gives the prompts; every harness mode and transformers' own, interleaved."""
     from transformers import AutoTokenizer
 
     from experiments.benchmarks.decode_peers import peers_report, print_peers, prompt_token_ids
 
     prompts = prompt_token_ids(AutoTokenizer.from_pretrained(folder), Path(__file__).resolve().parents[2])
-    widths = [int(w) for w in tree.split(",")] if tree else None
-    print_peers(peers_report(model, prompts, new_tokens, repeats, widths, label), new_tokens, repeats)
+    prompts = {name: prompts[name] for name in run.sets}
+    widths = [int(w) for w in run.tree.split(",")] if run.tree else None
+    print_peers(peers_report(model, prompts, run.new_tokens, run.repeats, widths, label, run.replay), run.new_tokens, run.repeats, run.replay)
 
 
 def batch_models(run_dirs: list[Path], n_prompts: int, prompt_tokens: int, prompt_set: str = "heldout") -> list:

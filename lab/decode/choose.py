@@ -20,7 +20,6 @@ verification stays exact: greedy output is plain greedy's, and sampling keeps th
 
 from __future__ import annotations
 
-from lab.decode.ngram import point_mass_chain
 from lab.decode_core.tree import ProposalBuffer
 
 
@@ -38,7 +37,7 @@ class ChoosePerRound:
     def propose(self, tokens: list[int], frontier: int, m: int, chooser) -> ProposalBuffer:
         length, drafts = self.lookup.match(tokens, frontier, m)
         if length >= self.min_match and drafts:
-            return point_mass_chain(self.lookup.state.length, frontier, drafts, self.lookup.name, self.lookup.vocab)
+            return self.lookup.propose(tokens, frontier, m, chooser)  # its chain (or its branches: occurrence=both)
         return self.heads.propose(tokens, frontier, min(m, self.heads.max_drafts), chooser)
 
     def after_verify(self, target_pass, rows: list[int]) -> None:

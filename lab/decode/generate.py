@@ -25,6 +25,7 @@ from collections.abc import Callable
 import torch
 
 from lab.decode.batch import generate_batch, is_batch
+from lab.decode.follow import PAST_THE_END, Follow
 from lab.decode.ngram import PromptLookup
 from lab.decode.proposers import build_proposer
 from lab.decode.request import Generation, check_request
@@ -56,6 +57,7 @@ def generate(
     ngram: PromptLookup | dict | None = None,
     stop: Callable[[list[int]], bool] | None = None,
     confidence: float | None = None,
+    follow: list[int] | None = None,
 ) -> Generation | list[Generation]:
     """Continue `prompt` ([P] token ids) by up to `max_new_tokens` tokens (docs/api.md).
 
@@ -71,19 +73,25 @@ def generate(
     `confidence` (with `speculative`): the heads' drafts whose own probability is below it are not verified
     (lab.decode.choose.ConfidenceGated); `ngram.method="suffix"` drafts from a suffix trie, `ngram.combine="choose"`
     picks one drafter per round (lab.decode.choose.ChoosePerRound).
+    `follow` (greedy): a replay — the target's choices are held to this continuation (≥ max_new_tokens ids), so every
+    decoder writes the same text and is measured on it; `stats["replay_disagreements"]` counts the near-ties that
+    held it (lab.decode.follow).
     """
     if is_batch(prompt):
         require(tree is None and draws is None, "tree", "batched requests decode chains with torch's draws; give one prompt for a tree")
         require(ngram is None, "ngram", "batched requests draft with the heads only; give one prompt for prompt lookup")
         require(confidence is None, "confidence", "batched requests draft every head's slot; give one prompt to gate drafts by confidence")
+        require(follow is None, "follow", "batched requests decode freely; give one prompt to replay a reference")
         return generate_batch(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, speculative=speculative,
                               draft_steps=draft_steps, eos=eos, generator=generator, stop=stop)
     check_request(model, prompt, max_new_tokens, temperature, top_k, draft_steps)
     shape = None if tree is None else tree_shape(tree)
     lookup = prompt_lookup(ngram, speculative, model)
+    replay = None if follow is None else Follow(follow, max_new_tokens, temperature)
     model.eval()
     with torch.no_grad():
-        decoder = Decoder(model, TokenChooser(temperature, top_k, generator, draws), speculative, draft_steps, eos, shape, lookup, confidence)
+        decoder = Decoder(model, TokenChooser(temperature, top_k, generator, draws), speculative, draft_steps, eos, shape, lookup, confidence,
+                          replay)
         return decoder.run(prompt.tolist(), max_new_tokens, stop)
 
 
@@ -109,9 +117,9 @@ def model_context(model) -> int | None:
 
 class Decoder:
     def __init__(self, model, chooser: TokenChooser, speculative: bool, draft_steps: int | None, eos: int | None, tree=None,
-                 ngram: PromptLookup | None = None, confidence: float | None = None):
+                 ngram: PromptLookup | None = None, confidence: float | None = None, follow: Follow | None = None):
         self.state = CachedModel(model)
-        self.chooser, self.eos = chooser, eos
+        self.chooser, self.eos, self.follow = chooser, eos, follow
         if speculative and not model.head_cfg.contiguous_offsets:
             raise ConfigError("speculative", f"head.offsets={list(model.head.offsets)} leave draft slots without a head; "
                               "speculative decoding needs contiguous offsets [1..K] (use speculative=False)")
@@ -159,7 +167,7 @@ class Decoder:
         out: list[int] = []
         if max_new_tokens > 0:
             result, seconds = self.target_pass(prompt, last_logits_only=True)  # prefill
-            frontier, _ = self.chooser.choose(result.logits[-1])
+            frontier = self.target_choice(result.logits[-1], 0)
             self.stats["prefill_time_s"] += seconds
             self.after_pass(result, list(range(len(prompt))))
             out.append(frontier)
@@ -176,7 +184,22 @@ class Decoder:
             total_time_s=elapsed,
             tokens_per_s=len(out) / elapsed if elapsed > 0 else float("nan"),
         )
+        if self.follow is not None:
+            self.stats["replay_disagreements"] = self.follow.disagreements
         return Generation(out, self.stats)
+
+    def target_choice(self, logits: torch.Tensor, slot: int) -> int:
+        """The target's token for output slot `slot` from its [V] logits (a replay: the reference's token there)."""
+        if self.follow is None:
+            return self.chooser.choose(logits)[0]
+        token = self.follow.token(slot)
+        self.held(logits[None], [token])
+        return token
+
+    def held(self, logits: torch.Tensor, chosen: list[int]) -> None:
+        """A replay's emitted choices ([r, V] their rows) against the target's own argmax (slots past the reference skipped)."""
+        kept = [i for i, token in enumerate(chosen) if token != PAST_THE_END]
+        self.follow.count(logits[kept], [chosen[i] for i in kept])
 
     def settle_split(self, rounds_s: float) -> None:
         split = self.stats["time_split_s"]
@@ -198,10 +221,13 @@ class Decoder:
         result, seconds = self.target_pass(buffer.tokens, buffer.shape)  # row i predicts the slot after node i
         self.stats["time_split_s"]["target_forward"] += seconds
         start = CLOCK()
-        path, following = accept_tree(buffer, result.logits, self.chooser)
+        forced = None if self.follow is None else self.follow.forced(len(out), buffer.shape.depths)  # [n] a replay's choices
+        path, following = accept_tree(buffer, result.logits, self.chooser, forced)
+        accepted_tokens = buffer.path_tokens(path)
+        if self.follow is not None:
+            self.held(result.logits[[0, *path]], [*accepted_tokens, following])  # row of node i predicted the token after it
         self.stats["verify_time_s"] += seconds + CLOCK() - start
         self.after_pass(result, [0, *path])  # the frontier's row and the accepted path's rows
-        accepted_tokens = buffer.path_tokens(path)
         self.stats["accepted_beyond_top1"] += any(buffer.shape.ranks[node] for node in path)
         self.stats["lookup_nodes"] += len(buffer.point_masses)
         self.stats["lookup_accepted"] += sum(node in buffer.point_masses for node in path)
@@ -216,7 +242,7 @@ class Decoder:
         result, seconds = self.target_pass([frontier])
         self.stats["time_split_s"]["target_forward"] += seconds
         start = CLOCK()
-        following, _ = self.chooser.choose(result.logits[0])
+        following = self.target_choice(result.logits[0], len(out))
         self.stats["verify_time_s"] += seconds + CLOCK() - start
         self.after_pass(result, [0])
         tokens.append(frontier)

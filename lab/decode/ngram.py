@@ -25,7 +25,7 @@ DEFAULT_SIZES = (3, 2, 1)
 DEFAULT_MAX_DRAFT = 10
 METHODS = ("ngram", "suffix")  # lab/decode/ngram.py NgramIndex, lab/decode/suffix.py SuffixIndex
 COMBINES = ("graft", "choose")  # with heads: the lookup chain grafted into their tree, or one drafter per round (lab/decode/choose.py)
-OCCURRENCES = ("latest", "earliest")
+OCCURRENCES = ("latest", "earliest", "both")  # both: the latest occurrence's copy, the earliest's grafted as a second branch
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class PromptLookup:
                   every round) or choose (one drafter per round: the lookup's chain when its match is at least
                   min_match tokens long, else the heads')
     min_match     choose: the shortest match the lookup drafts on
-    occurrence    ngram: copy after the latest or the earliest earlier occurrence
+    occurrence    ngram: copy after the latest or the earliest earlier occurrence, or both (two branches of one tree)
     loop          a draft that reaches the end of the text goes on copying from itself (a repeat of period p drafts
                   beyond p tokens); off, it stops there
     spec_factor   draft at most ceil(spec_factor × match length) tokens (null: max_draft whatever the match)
@@ -150,20 +150,34 @@ class NgramProposer:
 
     def __init__(self, state, settings: PromptLookup, vocab_identity: str):
         self.state, self.settings, self.vocab = state, settings, vocab_identity
-        self.index = NgramIndex(settings.sizes, earliest=settings.occurrence == "earliest")
+        occurrences = ("latest", "earliest") if settings.occurrence == "both" else (settings.occurrence,)
+        self.indexes = [NgramIndex(settings.sizes, earliest=which == "earliest") for which in occurrences]  # the first drafts the chain
         self.max_drafts = settings.max_draft
 
     def match(self, tokens: list[int], frontier: int, m: int) -> tuple[int, list[int]]:
-        """(match length, drafts) after the emitted text tokens + [frontier]."""
-        text = tokens + [frontier]
-        n, end = self.index.find(text)
-        return (0, []) if end is None else (n, copy_on(text, end, self.settings.draft_limit(n, m), self.settings.loop))
+        """(match length, drafts of the first occurrence kind) after the emitted text tokens + [frontier]."""
+        length, chains = self.branches(tokens, frontier, m)
+        return length, chains[0] if chains else []
+
+    def branches(self, tokens: list[int], frontier: int, m: int) -> tuple[int, list[list[int]]]:
+        """(match length, one draft chain per occurrence kind); every index matches the same n-gram, so one length."""
+        text, chains, length = tokens + [frontier], [], 0
+        for index in self.indexes:
+            n, end = index.find(text)
+            if end is not None:
+                length = n
+                chains.append(copy_on(text, end, self.settings.draft_limit(n, m), self.settings.loop))
+        return length, chains
 
     def drafts(self, tokens: list[int], frontier: int, m: int) -> list[int]:
         return self.match(tokens, frontier, m)[1]
 
     def propose(self, tokens: list[int], frontier: int, m: int, chooser) -> ProposalBuffer:
-        return point_mass_chain(self.state.length, frontier, self.drafts(tokens, frontier, m), self.name, self.vocab)
+        chains = self.branches(tokens, frontier, m)[1] or [[]]
+        buffer = point_mass_chain(self.state.length, frontier, chains[0], self.name, self.vocab)
+        for chain in chains[1:]:
+            buffer = buffer.graft(chain)  # shares the prefix it has in common with the first, then branches
+        return dataclasses.replace(buffer, head_identity=self.name)  # one drafter, whatever the branches
 
     def after_verify(self, target_pass, rows: list[int]) -> None:
         """Nothing to update: the index reads the committed tokens themselves."""
@@ -189,7 +203,9 @@ class HeadsWithNgram:
 
     def propose(self, tokens: list[int], frontier: int, m: int, chooser) -> ProposalBuffer:
         buffer = self.heads.propose(tokens, frontier, min(m, self.heads.max_drafts), chooser)
-        return buffer.graft(self.ngram.drafts(tokens, frontier, m))
+        for chain in self.ngram.branches(tokens, frontier, m)[1]:
+            buffer = buffer.graft(chain)
+        return buffer
 
     def after_verify(self, target_pass, rows: list[int]) -> None:
         self.heads.after_verify(target_pass, rows)

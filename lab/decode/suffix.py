@@ -107,6 +107,11 @@ class SuffixProposer:
     def drafts(self, tokens: list[int], frontier: int, m: int) -> list[int]:
         return self.match(tokens, frontier, m)[1]
 
+    def branches(self, tokens: list[int], frontier: int, m: int) -> tuple[int, list[list[int]]]:
+        """(match length, its one chain): the n-gram proposer's interface, where `occurrence=both` gives two."""
+        length, drafts = self.match(tokens, frontier, m)
+        return length, [drafts] if drafts else []
+
     def propose(self, tokens: list[int], frontier: int, m: int, chooser):
         return point_mass_chain(self.state.length, frontier, self.match(tokens, frontier, m)[1], self.name, self.vocab)
 

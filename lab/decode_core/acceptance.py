@@ -88,7 +88,8 @@ def without(p: torch.Tensor, y: int) -> torch.Tensor:
     return positive / positive.sum()  # a rejection of y had probability 1 − p(y) > 0, so mass is left
 
 
-def accept_tree(buffer: ProposalBuffer, target_logits: torch.Tensor, chooser: TokenChooser) -> tuple[list[int], int]:
+def accept_tree(buffer: ProposalBuffer, target_logits: torch.Tensor, chooser: TokenChooser,
+                forced: list[int] | None = None) -> tuple[list[int], int]:
     """(accepted path: node ids from the root's child down, the token after it: correction or bonus).
 
     target_logits: [n, V]; row i is the target's prediction for the slot after node i
@@ -100,10 +101,11 @@ def accept_tree(buffer: ProposalBuffer, target_logits: torch.Tensor, chooser: To
     normalised positive part of p − q_r (the rejected token loses all its mass), so the
     token leaving the node has law p exactly; if every child fails, the correction is a
     draw from the last residual. A leaf's bonus is a draw from its target law.
+    `forced` (greedy only, a replay: lab.decode.follow): per node, the target's choice in place of its argmax.
     """
     shape, path, node = buffer.shape, [], 0
     if chooser.greedy:
-        choice = target_logits.argmax(dim=-1).tolist()  # [n]: one host sync for the whole tree
+        choice = target_logits.argmax(dim=-1).tolist() if forced is None else forced  # [n]: one host sync for the whole tree
         while True:
             follow = [c for c in shape.children[node] if buffer.tokens[c] == choice[node]]
             if not follow:

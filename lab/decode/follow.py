@@ -78,13 +78,12 @@ class TransformersFollow:
         cache = next(value for value in kwargs.values() if hasattr(value, "get_seq_length"))
         end = cache.get_seq_length()  # rows the cache holds after this forward: the last logits row sits at end − 1
         own = logits[0].argmax(dim=-1).tolist()  # [r]
-        for row, argmax in enumerate(own):
-            slot = end - len(own) + row + 1 - self.prompt_length  # the row at position p predicts slot p + 1 − P
-            if 0 <= slot < len(self.reference):
-                token = self.reference[slot]
-                self.agrees[slot] = argmax == token
-                logits[0, row] = float("-inf")  # [V]
-                logits[0, row, token] = 0.0
+        first = end - len(own) + 1 - self.prompt_length  # slot of row 0: the row at position p predicts slot p + 1 − P
+        rows = [row for row in range(len(own)) if 0 <= first + row < len(self.reference)]
+        tokens = [self.reference[first + row] for row in rows]
+        self.agrees.update({first + row: own[row] == token for row, token in zip(rows, tokens)})
+        logits[0, rows] = float("-inf")  # [h, V]: the held rows
+        logits[0, rows, tokens] = 0.0  # [h]: each at its reference token
         return output
 
     @property

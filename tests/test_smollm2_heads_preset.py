@@ -78,6 +78,24 @@ def test_the_more_rows_recipe_runs_alone_and_the_sweep_keeps_its_size():
     assert {(cfg.head.n_layers, cfg.data.max_docs) for cfg in preset_jobs().values()} == {(1, 11)}  # the sweep's jobs as before
 
 
+def test_the_objectives_at_the_more_rows_budget_differ_from_that_recipe_only_in_their_target():
+    from lab.config.preflight import check_single_run
+
+    sweep = str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+    budget = lambda cfg: (cfg.head.name, cfg.head.k, cfg.head.n_layers, cfg.train_rows.source, cfg.data.max_docs,  # noqa: E731
+                          cfg.trainer.max_steps, cfg.optim.head_lr_multiplier, cfg.objective.truncate)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        jobs = {variant: compose("train", overrides=["experiment=smollm2_heads", f"variant={variant}", "paths.output_dir=/tmp/unused"],
+                                 return_hydra_config=True)
+                for variant in ("medusa_more_rows", "medusa_lk_more_rows", "medusa_lk_hybrid_more_rows")}
+        for cfg in jobs.values():
+            check_single_run(cfg)
+    assert {variant: cfg.objective.target for variant, cfg in jobs.items()} == {
+        "medusa_more_rows": "distill", "medusa_lk_more_rows": "lk", "medusa_lk_hybrid_more_rows": "lk_hybrid"}
+    assert len({budget(cfg) for cfg in jobs.values()}) == 1  # same rows, blocks, steps and learning rate: only the loss moves
+    assert not set(jobs) & set(sweep)  # each ~48 min from an empty cache
+
+
 def test_the_drafter_objective_variants_compose_pass_the_checks_and_stay_out_of_the_sweep():
     from lab.config.preflight import check_single_run
 

@@ -123,7 +123,7 @@ def use_generated_rows(cfg: DictConfig, train_rows, datamodule, model, record: R
         return
     from lab.decode.generated_rows import train_from_generated_rows
 
-    generated = train_from_generated_rows(datamodule, model, train_rows, int(cfg.seed), Path(cfg.paths.cache_dir) / "generated")
+    generated = train_from_generated_rows(datamodule, model, train_rows, train_rows.sampling_seed(cfg.seed), Path(cfg.paths.cache_dir) / "generated")
     if record is not None:
         record.update(generated_rows=generated)
 

@@ -184,6 +184,8 @@ def test_a_damaged_entry_is_refused_in_one_line(tmp_path):
     ({"temperature": -0.5}, "train_rows.temperature: must be a finite number ≥ 0"),
     ({"temperature": float("nan")}, "train_rows.temperature: must be a finite number ≥ 0"),
     ({"batch_size": 0}, "train_rows.batch_size: must be an integer ≥ 1"),
+    ({"seed": -1}, "train_rows.seed: must be an integer ≥ 0, or null for the run's seed"),
+    ({"seed": 1.5}, "train_rows.seed: must be an integer ≥ 0, or null for the run's seed"),
 ])
 def test_the_config_refuses_what_makes_no_sense(values, words):
     with pytest.raises(ConfigError, match=words):
@@ -236,6 +238,28 @@ def test_training_reads_the_generated_rows(hidden_cache, llama_dir, cache_dir, t
         entry = next((tmp_path / "cache" / "hidden").glob("[0-9a-f]*[0-9a-f]"))
         meta = __import__("json").loads((entry / "meta.json").read_text())
         assert meta["rows"] == rows_fingerprint(GeneratedRows(np.load(generated_dir / "tokens.npy")))
+
+
+def test_train_rows_seed_lets_another_run_seed_train_on_the_same_rows(llama_dir, cache_dir, tmp_path):
+    """`seed=1 train_rows.seed=0` reads the entry that `seed=0` wrote (and the hidden cache over it); `seed=1` alone
+    writes its own rows. The run seed still drives training (it orders the batches), so the two runs on one set of
+    rows train differently."""
+    cache = tmp_path / "cache"
+    base = [*NOT_MODEL, "model=hf", f"model.path={llama_dir}", "head=medusa", "head.k=3", "head.trunk_grad=frozen",
+            "train_rows=generated", "train_rows.prompt_tokens=8", "hidden_cache=true", f"paths.cache_dir={cache}"]
+    runs = {}
+    for name, extra in (("seed0", ["seed=0"]), ("seed1_rows0", ["seed=1", "train_rows.seed=0"]), ("seed1", ["seed=1"])):
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = compose("train", overrides=[*base, *extra])
+        _, module, _ = fit(cfg, tmp_path / name, max_steps=1, every=1)
+        entries = sorted(entry.name for entry in (cache / "generated").iterdir() if entry.is_dir() and not entry.name.startswith("."))
+        runs[name] = (entries, [p.detach().clone() for p in module.model.head.parameters()])
+    assert len(runs["seed0"][0]) == 1 and runs["seed1_rows0"][0] == runs["seed0"][0]  # no second entry written
+    assert len(runs["seed1"][0]) == 2  # the run's own seed samples other rows
+    hidden = [entry for entry in (cache / "hidden").iterdir() if entry.is_dir() and not entry.name.startswith(".")]
+    assert len(hidden) == 2  # one hidden-state entry per set of rows
+    heads0, heads1 = runs["seed0"][1], runs["seed1_rows0"][1]
+    assert any(not torch.equal(a, b) for a, b in zip(heads0, heads1))  # the run seed still orders the batches
 
 
 BAD = {

@@ -22,11 +22,16 @@ except importlib.metadata.PackageNotFoundError:
 PRESET = Path(CONF_DIR).parent / "experiments" / "smollm2_heads.yaml"
 
 
+def sweep_variants() -> list[str]:
+    """The variants the preset's multirun sweeps (its one axis), in order."""
+    return str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+
+
 def preset_jobs(checked: bool = False, **extra: str) -> dict:
     """Each job's composed config, by variant (the sweep's one axis); `checked`: through every start-up check too."""
     from lab.config.preflight import check_single_run
 
-    variants = str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+    variants = sweep_variants()
     jobs = {}
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         for variant in variants:
@@ -69,7 +74,7 @@ def test_every_job_composes_into_the_planned_one():
 
 
 def test_the_more_rows_recipe_runs_alone_and_the_sweep_keeps_its_size():
-    sweep = str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+    sweep = sweep_variants()
     assert "medusa_more_rows" not in sweep  # 31 min alone: it would take the sweep past its hour
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("train", overrides=["experiment=smollm2_heads", "variant=medusa_more_rows", "paths.output_dir=/tmp/unused"])
@@ -81,7 +86,7 @@ def test_the_more_rows_recipe_runs_alone_and_the_sweep_keeps_its_size():
 def test_the_objectives_at_the_more_rows_budget_differ_from_that_recipe_only_in_their_target():
     from lab.config.preflight import check_single_run
 
-    sweep = str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+    sweep = sweep_variants()
     budget = lambda cfg: (cfg.head.name, cfg.head.k, cfg.head.n_layers, cfg.train_rows.source, cfg.data.max_docs,  # noqa: E731
                           cfg.trainer.max_steps, cfg.optim.head_lr_multiplier, cfg.objective.truncate)
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
@@ -93,6 +98,9 @@ def test_the_objectives_at_the_more_rows_budget_differ_from_that_recipe_only_in_
     assert {variant: cfg.objective.target for variant, cfg in jobs.items()} == {
         "medusa_more_rows": "distill", "medusa_lk_more_rows": "lk", "medusa_lk_hybrid_more_rows": "lk_hybrid"}
     assert len({budget(cfg) for cfg in jobs.values()}) == 1  # same rows, blocks, steps and learning rate: only the loss moves
+    # 16 prompts at the end, against the sweep's 4: the budget leaves room for all 16 (~9 s each on 2 cores)
+    assert {(cfg.callbacks.decoding.prompts, cfg.callbacks.decoding.budget_s) for cfg in jobs.values()} == {(16, 300)}
+    assert {(cfg.callbacks.decoding.prompts, cfg.callbacks.decoding.budget_s) for cfg in preset_jobs().values()} == {(4, 75)}
     assert not set(jobs) & set(sweep)  # each ~48 min from an empty cache
 
 
@@ -101,7 +109,7 @@ def test_the_drafter_objective_variants_compose_pass_the_checks_and_stay_out_of_
 
     objectives = {"medusa_tv": ("tv", "none", None), "medusa_lk": ("lk", "none", None),
                   "medusa_lk_first_miss": ("lk", "first_miss", None), "deepseek_self3": ("distill", "none", ("self", 3))}
-    sweep = str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+    sweep = sweep_variants()
     assert not set(objectives) & set(sweep)  # each ~6 min: the sweep keeps its hour
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         for variant, (target, truncate, rollout) in objectives.items():
@@ -118,7 +126,7 @@ def test_the_data_curve_variants_train_one_epoch_of_nested_rows_on_one_validatio
     validation is the same held-out split), one epoch each, DeepSeek and Medusa on the same rows (one cache entry)."""
     from lab.config.preflight import check_single_run
 
-    sweep = str(yaml.safe_load(PRESET.read_text())["hydra"]["sweeper"]["params"]["variant"]).split(",")
+    sweep = sweep_variants()
     jobs = {}
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         for head in ("deepseek", "medusa"):

@@ -275,3 +275,28 @@ def make_rows(tokens: torch.Tensor) -> dict:
     from tests.helpers import make_batch
 
     return make_batch(tokens, torch.zeros_like(tokens))
+
+
+def test_benchmark_prompts_are_the_runs_held_out_code_in_the_models_own_tokenizer(llama_dir, cache_dir, tmp_path):
+    """The benchmarks' held-out prompts (oracle_heads, decode_speed --runs) are tokenized as the run trained: a `model=hf`
+    run's data config names no tokenizer (training sets the model's own), so read alone it would cut byte ids, which
+    the model reads as other words. Oracle: each prompt, decoded by the model's tokenizer, is text of a real
+    standard-library file (the corpus), and encodes back to itself."""
+    import sysconfig
+
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+
+    from experiments.benchmarks.decode_speed import held_out_prompts
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    OmegaConf.save(hf_cfg(llama_dir, cache_dir), run / ".hydra" / "config.yaml")  # as lab-train saves it: unresolved
+    prompts = held_out_prompts(run, 3, 12)
+    tokenizer = AutoTokenizer.from_pretrained(llama_dir)
+    sources = [path.read_text(errors="replace") for path in Path(sysconfig.get_paths()["stdlib"]).rglob("*.py")]
+    assert len(prompts) == 3 and all(len(prompt) == 12 for prompt in prompts)
+    for prompt in prompts:
+        text = tokenizer.decode(prompt)
+        assert any(text in source for source in sources), text
+        assert tokenizer.encode(text, add_special_tokens=False) == prompt

@@ -87,13 +87,14 @@ def cached_vs_uncached(new_tokens: int, repeats: int) -> None:
 
 
 def held_out_prompts(run_dir: Path, count: int, length: int) -> list[list[int]]:
-    """Prompts cut from the starts of the run's validation documents (its own data config and split)."""
+    """Prompts cut from the starts of the run's validation documents, tokenized as its training was: its own data config
+    and split, and on a pretrained trunk (`model=hf`) the model's own tokenizer, which the data config does not name."""
     from omegaconf import OmegaConf
 
-    from lab.data import LMDataModule
+    from lab.training.run_data import run_datamodule
 
     cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    datamodule = LMDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
+    datamodule = run_datamodule(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.model, resolve=True))
     datamodule.setup("fit")
     return document_prompts(datamodule.val_dataloader(), count, length)
 

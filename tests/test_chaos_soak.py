@@ -1,8 +1,8 @@
 """Chaos soak: one run SIGKILLed at random moments, resumed after each kill, ends bitwise where an uninterrupted run ends.
 
-The kills are not placed at named points (tests/test_chaos.py does that): each attempt is killed a
-random time after it logged its first training row, so a kill can land inside a step, a validation,
-a checkpoint write or the run record's update. Every attempt after the first resumes with the
+The kills are not placed at named points (tests/test_chaos.py does that): each attempt is killed at a
+random moment of its own progress (a random row, then a random share of a row's time), so a kill can land inside
+a step, a validation, a checkpoint write or the run record's update. Every attempt after the first resumes with the
 recipe of docs/resuming.md (`ckpt_path=last`). The seed of the random moments is printed, so a failure can be
 replayed with MTP_LAB_SOAK_SEED.
 """
@@ -38,11 +38,23 @@ def rows_logged(run_dir: Path) -> int:
 
 
 def kill_at_random(process: subprocess.Popen, run_dir: Path, rng: random.Random, rows_before: int) -> bool:
-    """SIGKILL `process` a random 0–4 s after this attempt logged a row (True), or let it end (False: it finished)."""
+    """SIGKILL `process` at a random moment of its own progress (True), or let it end first (False: it finished).
+
+    The moment is counted in the run's rows, not in seconds, so it falls inside the run however fast the machine is
+    (a fixed 0–4 s window outlasted a whole 16-step run on an idle machine): 1–4 rows after this attempt's start, plus a
+    random share of the time between its last two rows, so the kill lands inside a step, a validation, a checkpoint
+    write or the record's update."""
+    target = rows_before + rng.randint(1, 4)
     deadline = time.monotonic() + SUBPROCESS_TIMEOUT
-    while process.poll() is None and rows_logged(run_dir) <= rows_before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(rng.uniform(0.0, 4.0))
+    rows, row_seen_at, row_s = rows_before, None, 0.0
+    while process.poll() is None and rows < target and time.monotonic() < deadline:
+        time.sleep(0.02)
+        logged = rows_logged(run_dir)
+        if logged > rows:
+            now = time.monotonic()
+            row_s = 0.0 if row_seen_at is None else (now - row_seen_at) / (logged - rows)  # between rows of this attempt
+            rows, row_seen_at = logged, now
+    time.sleep(rng.uniform(0.0, row_s))
     if process.poll() is not None:
         return False
     process.send_signal(signal.SIGKILL)

@@ -151,3 +151,18 @@ def test_decode_speed_against_peers_replays_identical_text_in_bf16(tmp_path):
     rows = [line for line in result.stdout.splitlines() if re.search(r"\s(code|text)\s+(harness|transformers) ", line)]
     assert "identical text" in result.stdout and len(rows) == 2 * 14, result.stdout
     assert all(re.search(r"\s(\d+)/\1; replay held \d+ of \d+ slots$", line.rstrip()) for line in rows), result.stdout
+
+
+@pytest.mark.parametrize("script, option", [("oracle_heads", "--runs"), ("oracle_heads", "--prompts-from"), ("decode_speed", "--runs")])
+def test_a_folder_without_a_split_is_refused_in_one_line_before_any_work(tmp_path, script, option):
+    """Held-out prompts are cut from a training run's own split: a folder that is not a run (a sweep folder, a typo)
+    gets one line naming the option and the folder, exit 2, and no table."""
+    (tmp_path / "checkpoints").mkdir()  # looks like a run, but has no saved config to rebuild its split from
+    runs = ["--runs", str(tmp_path)] if option == "--runs" else ["--runs", str(tmp_path), "--prompts-from", str(tmp_path)]
+    extra = ["--skip-cache-part"] if script == "decode_speed" else []
+    result = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{script}", *extra, *runs], check=False, cwd=ROOT,
+                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"{option}: {tmp_path} is not a training run folder" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == "", result.stdout

@@ -99,6 +99,14 @@ def held_out_prompts(run_dir: Path, count: int, length: int) -> list[list[int]]:
     return document_prompts(datamodule.val_dataloader(), count, length)
 
 
+def refuse_runs_without_split(parser: argparse.ArgumentParser, option: str, runs: list[Path], prompt_set: str) -> None:
+    """Held-out prompts come from a training run's own split (its saved config): refuse any other folder in one line, exit 2."""
+    for run in runs:
+        if prompt_set == "heldout" and not (run / ".hydra" / "config.yaml").is_file():
+            parser.error(f"{option}: {run} is not a training run folder (no .hydra/config.yaml), so it has no held-out split to cut "
+                         "prompts from; pass a job folder of a sweep, or --prompt-set humaneval")
+
+
 PROMPT_SETS = ("heldout", "humaneval")  # the run's held-out documents, or HumanEval's prompts (whole, not cut to --prompt-tokens)
 
 
@@ -300,6 +308,8 @@ def main() -> None:
     parser.add_argument("--trees", default=None,
                         help='draft trees to compare with the chain, e.g. "4,3,2;2,2,2;auto:16" (auto:N = N nodes from the run\'s val/agree; needs --runs)')
     args = parser.parse_args()
+    cuts_prompts_from_runs = not args.skip_spec_part or args.batch or args.trees  # --peers alone reads the folder's tokenizer
+    refuse_runs_without_split(parser, "--runs", args.runs if cuts_prompts_from_runs else [], args.prompt_set)
     torch.set_num_threads(args.threads)
     use_cpu_clock_for_decoding()  # every part in CPU time: the speculative part's Generation.stats too (issue 54)
     new_tokens, repeats = (16, 2) if args.quick else (args.new_tokens, args.repeats)

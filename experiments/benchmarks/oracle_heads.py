@@ -99,6 +99,10 @@ def main() -> None:
                         help="a run whose held-out prompts every run is measured on (default: each run's own)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    from experiments.benchmarks.decode_speed import refuse_runs_without_split
+
+    refuse_runs_without_split(parser, "--prompts-from" if args.prompts_from else "--runs",
+                              [args.prompts_from] if args.prompts_from else args.runs, args.prompt_set)
     header = ["run", "head", "drafts", "heads tok/fwd", "heads P(prefix>=j)", "heads P(j|<j)", "oracle tok/fwd",
               "oracle P(prefix>=j)", "oracle P(j|<j)", "heads' share"]
     rows: list[list | None] = []

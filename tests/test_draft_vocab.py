@@ -275,3 +275,23 @@ def test_lab_train_refuses_a_bad_size_in_one_line_without_a_run_folder(value, sh
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("error: head.draft_vocab: must be null (the full vocabulary) or an integer 1 ≤ N ≤ the vocabulary size"), last
     assert last.endswith(shown) and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("ids", [DRAFT_IDS, None])
+def test_the_decoders_projection_of_replicated_heads_is_each_horizons_own_logits(ids):
+    """The decoder projects every draft horizon in one call (lab/model/heads/independent_drafter.py); against
+    `horizon_logits` one horizon at a time. The heads' projections start as copies of the lm_head, which would hide a
+    horizon projected on another's weights, so they are drawn apart first."""
+    from lab.model.heads.independent_drafter import DraftProjection
+
+    model = tiny({"name": "medusa", "k": 4, "unembedding": "replicated"}, ids=ids)
+    with torch.no_grad():
+        for projection in model.head.projections:
+            projection.normal_()
+    project = DraftProjection(model)
+    rows = torch.randn(3, 8, dtype=torch.float64)  # [K-1, d]: horizon k's row at index k - 2
+    torch.testing.assert_close(project(rows), torch.stack([model.horizon_logits(k, rows[k - 2]) for k in range(2, 5)]))
+    one_row = rows[:1]  # [1, d]: every horizon reads the same row
+    torch.testing.assert_close(project(one_row), torch.stack([model.horizon_logits(k, one_row[0]) for k in range(2, 5)]))
+    batch = torch.randn(3, 2, 8, dtype=torch.float64)  # [K-1, B, d]: a batch of requests
+    torch.testing.assert_close(project(batch), torch.stack([model.horizon_logits(k, batch[k - 2]) for k in range(2, 5)]))

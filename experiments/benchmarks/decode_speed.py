@@ -101,8 +101,10 @@ def held_out_prompts(run_dir: Path, count: int, length: int) -> list[list[int]]:
 
 def refuse_runs_without_split(parser: argparse.ArgumentParser, option: str, runs: list[Path], prompt_set: str) -> None:
     """Held-out prompts come from a training run's own split (its saved config): refuse any other folder in one line, exit 2."""
+    if prompt_set != "heldout":
+        return
     for run in runs:
-        if prompt_set == "heldout" and not (run / ".hydra" / "config.yaml").is_file():
+        if not (run / ".hydra" / "config.yaml").is_file():
             parser.error(f"{option}: {run} is not a training run folder (no .hydra/config.yaml), so it has no held-out split to cut "
                          "prompts from; pass a job folder of a sweep, or --prompt-set humaneval")
 

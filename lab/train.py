@@ -60,7 +60,6 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
     from lab.model.mtp import check_vocabulary, fill_vocab_size
 
     checked = check_config(cfg, noted=settle_unused_settings(cfg, record))
-    settle_threads(cfg, record)  # before anything computes: model conversion, data, generated rows, caches
     if record is not None:
         record.update(**head_fields(checked.head))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run record; stderr stays for errors
@@ -80,6 +79,7 @@ def build(cfg: DictConfig, record: RunRecord | None = None):
         objective=OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else None,
         checked=checked,  # head, optim and objective as check_config typed them
     )
+    settle_threads(cfg, record, module.model)  # before anything reduces: the weights above are drawn elementwise
     datamodule.setup("fit")
     check_vocabulary(module.model, datamodule.tokenizer.vocab_size)
     if cfg.get("init_from"):
@@ -161,15 +161,35 @@ def settle_model_dtype(model_cfg: dict, record: RunRecord | None) -> None:
         record.update(model_dtype={"setting": AUTO, "resolved": choice.name, "reason": choice.reason})
 
 
-def settle_threads(cfg: DictConfig, record: RunRecord | None) -> None:
-    """`trainer.threads` (auto: the cores free now), applied, said once and recorded."""
+def settle_threads(cfg: DictConfig, record: RunRecord | None, model) -> None:
+    """`trainer.threads` from the config and the model's size (lab/training/threads.py), a resume's from its record;
+    applied, said once and recorded with the rest of the run's numerics fingerprint (lab/tracking/numerics.py)."""
     from lab.training.threads import apply_threads, choose_threads
 
-    choice = choose_threads(cfg.trainer.get("threads", "auto"))
+    params = sum(p.numel() for p in model.parameters())
+    choice = choose_threads(cfg.trainer.get("threads", "auto"), params, jobs_side_by_side(), recorded_threads(cfg, record))
     apply_threads(choice)
     if record is not None:
+        from lab.tracking.numerics import numerics_fingerprint
+
         print(f"threads: {choice.threads} ({choice.reason})", flush=True)
-        record.update(threads=choice.record())
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        record.update(threads=choice.record(), numerics=numerics_fingerprint(choice.threads, dtype, cfg.trainer.get("precision")))
+
+
+def jobs_side_by_side() -> int:
+    """The jobs a parallel (joblib) sweep runs at once, 1 for a single run or a sequential sweep."""
+    if not in_multirun():
+        return 1
+    launcher = HydraConfig.get().launcher
+    return int(launcher.get("n_jobs") or 1) if "joblib" in str(launcher.get("_target_", "")).lower() else 1
+
+
+def recorded_threads(cfg: DictConfig, record: RunRecord | None) -> int | None:
+    """The thread count a resumed run computed on (None: not a resume of a recorded run)."""
+    if record is None or not resumes_own_checkpoint(cfg.ckpt_path, record.path.parent):
+        return None
+    return ((record.previous or {}).get("threads") or {}).get("threads")
 
 
 def prepare(cfg: DictConfig, record: RunRecord):
@@ -202,7 +222,8 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
     loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values()]
     log_run_config(loggers, cfg)
     previous_metrics = (Path(cfg.paths.output_dir) / "metrics.csv").exists()
-    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[SafeCheckpointIO()])
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[SafeCheckpointIO()],
+                                      enable_progress_bar=progress_bar(cfg))
     with quiet_csv_overwrite(previous_metrics, resuming=resume_step is not None):
         if resume_step is not None:  # opens the CSV logger's folder: its "will be deleted" alarm is false on a resume
             keep_csv_history(loggers, resume_step)
@@ -227,9 +248,20 @@ def fit(cfg: DictConfig, record: RunRecord, datamodule, module, ckpt_path: str |
     return trainer
 
 
+def progress_bar(cfg: DictConfig) -> bool:
+    """`trainer.enable_progress_bar`, and never in a multirun: its jobs run side by side and their bars would interleave
+    (each prints a progress line every 30 s instead: ProgressLines, lab/callbacks/progress.py)."""
+    return bool(cfg.trainer.get("enable_progress_bar", True)) and not in_multirun()
+
+
+def in_multirun() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def quiet_dataset_progress(cfg: DictConfig) -> None:
-    """`trainer.enable_progress_bar=false` silences datasets' bars too (so a refused corpus prints only its error)."""
-    if not cfg.trainer.get("enable_progress_bar", True):
+    """No progress bar (`trainer.enable_progress_bar=false`, a multirun) silences datasets' bars too (so a refused corpus
+    prints only its error)."""
+    if not progress_bar(cfg):
         import datasets
 
         datasets.disable_progress_bars()
@@ -240,7 +272,7 @@ def instantiate_callbacks(cfg: DictConfig) -> list:
     from pytorch_lightning.callbacks import ProgressBar
 
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]  # null: left out
-    if not cfg.trainer.get("enable_progress_bar", True):
+    if not progress_bar(cfg):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     return callbacks
 

@@ -9,6 +9,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from tests.cli import SUBPROCESS_TIMEOUT
@@ -33,6 +34,7 @@ EXPECTED = {
     "hidden_cache_draft_vocab": ["draft vocabulary N = 512", "cached / live (paired, CPU time)", "goal: cached step <= 0.5 x live frozen step"],
     "draft_vocab": ["draft stage ms [IQR]", "decode / full", "goal: draft stage at N=512 <= 0.5 x full vocabulary"],
     "oracle_heads": ["independent heads vs the marginal oracle", "oracle tok/fwd", "heads' share ="],
+    "numerics_spread": ["native                         1 thread(s): val/loss", "spread (max − min) over"],
 }
 # Goal lines (a text each contains) whose verdict does not depend on timing: they must say PASS.
 STRUCTURAL = {
@@ -45,7 +47,8 @@ STRUCTURAL = {
 # (model.compile itself is tested in tests/test_compile.py); a peak so that MFU is printed on CPU.
 EXTRA_ARGS = {"gpu_throughput": ["--no-compile", "--peak", "1e11"], "decode_speed": ["--batch", "1,2", "--prompts", "2", "--prompt-tokens", "8"],
               "logit_memory_pretrained": ["--pretrained"], "hidden_cache_draft_vocab": ["--draft-vocab", "512"],
-              "draft_vocab": ["--sizes", "512", "--repeats", "2", "--tokens", "8"]}
+              "draft_vocab": ["--sizes", "512", "--repeats", "2", "--tokens", "8"],
+              "numerics_spread": ["--workdir", tempfile.mkdtemp(prefix="numerics_spread_")]}
 MODULES = {"logit_memory_pretrained": "logit_memory", "hidden_cache_draft_vocab": "hidden_cache"}  # a second --quick run of one script, with EXTRA_ARGS
 
 NUMBER = r"(?P<value>-?\d+(?:\.\d+)?)"
@@ -70,7 +73,7 @@ GOAL_LINES = [
 # Scripts whose --quick goal lines print a verdict without the number it came from (data_scale's goals
 # are over a table above; decode_speed --quick has only the cached-vs-uncached goal, of a median and a
 # token comparison): their structural goals are checked through STRUCTURAL.
-UNNUMBERED_GOALS = {"data_scale", "decode_speed", "oracle_heads"}  # oracle_heads: a ceiling, no goal of its own
+UNNUMBERED_GOALS = {"data_scale", "decode_speed", "oracle_heads", "numerics_spread"}  # oracle_heads: a ceiling, no goal of its own
 
 
 def goal_verdicts(stdout: str) -> list[str]:

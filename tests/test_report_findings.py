@@ -45,7 +45,7 @@ def test_a_sweep_without_ntp_states_no_difference_to_ntp_until_a_baseline_is_cho
     assert sum(line.startswith("No single baseline variant") for line in found) == 1
     assert not any("Difference to" in line or "ntp" in line for line in found if not line.startswith("No single baseline")), found
     chosen = findings_of(sweep, baseline="head=parallel")
-    assert "Difference to the baseline head=parallel (3.1050): head=deepseek +0.1000 (negative = better than head=parallel)." in chosen
+    assert "Difference to the baseline head=parallel (3.1050): head=deepseek +0.1000 (negative = better than head=parallel; a tie: inside the noise floor)." in chosen
 
 
 def test_an_unknown_baseline_is_one_line_exit_2_and_writes_nothing(tmp_path):
@@ -113,3 +113,58 @@ def test_one_seed_makes_no_significance_claim_and_says_so(tmp_path):
     assert not any("Welch" in line for line in found)
     assert any(line.startswith("**Warning:** no significance is claimed for head=ntp n = 1, head=parallel n = 1") for line in found)
     assert not any("no significance" in line for line in findings_of(sweep_of(tmp_path / "two", ["ntp", "parallel"], seeds=2)))
+
+
+def set_losses(sweep: Path, losses: dict[tuple[str, int], float]) -> None:
+    """Each job's final val/loss from {(head, seed): loss}."""
+    for run_json in sweep.glob("*/run.json"):
+        payload = json.loads(run_json.read_text())
+        head = payload["manifest"]["head"]
+        payload["final_metrics"]["val/loss"] = losses[(head, payload["config"]["seed"])]
+        run_json.write_text(json.dumps(payload))
+
+
+def test_a_gap_inside_the_seed_noise_floor_is_reported_as_a_tie(tmp_path):
+    sweep = sweep_of(tmp_path, ["ntp", "parallel"])
+    set_losses(sweep, {("ntp", 0): 3.00, ("ntp", 1): 3.02, ("parallel", 0): 3.01, ("parallel", 1): 3.03})
+    found = findings_of(sweep)
+    # each variant's seed sd: |0.02|/√2 = 0.014142; pooled the same; floor 2·0.014142·√(1/2 + 1/2) = 0.028284
+    assert any(line.startswith("Noise floor: the seed sd of validation loss, pooled over variants with ≥ 2 seeds, is 0.0141 nats")
+               for line in found), found
+    assert any("ahead of head=parallel by 0.0100 nats (inside the noise floor 0.0283: a tie)" in line for line in found), found
+    assert any("head=parallel +0.0100 (a tie)" in line for line in found), found
+
+
+def test_a_gap_beyond_the_seed_noise_floor_clears_it(tmp_path):
+    sweep = sweep_of(tmp_path, ["ntp", "parallel"])
+    set_losses(sweep, {("ntp", 0): 3.00, ("ntp", 1): 3.02, ("parallel", 0): 3.05, ("parallel", 1): 3.07})
+    found = findings_of(sweep)
+    assert any("ahead of head=parallel by 0.0500 nats (clears the noise floor 0.0283)" in line for line in found), found
+    assert any("head=parallel +0.0500 (negative = better" in line for line in found), found
+    assert not any("(a tie)" in line for line in found), found
+
+
+def test_with_one_seed_the_floor_is_the_recorded_cross_machine_spread(tmp_path):
+    from lab.report.noise import ONE_SEED_SPREAD
+
+    sweep = sweep_of(tmp_path, ["ntp", "parallel", "deepseek"], seeds=1)
+    assert 0.01 < ONE_SEED_SPREAD < 0.1
+    set_losses(sweep, {("ntp", 0): 3.00, ("parallel", 0): 3.01, ("deepseek", 0): 3.10})
+    found = findings_of(sweep)
+    assert any(line.startswith(f"Noise floor: one seed per variant") and f"{ONE_SEED_SPREAD:.4f} nats" in line for line in found), found
+    (difference,) = [line for line in found if line.startswith("Difference to the baseline")]
+    assert "head=parallel +0.0100 (a tie)" in difference and "head=deepseek +0.1000 (negative" in difference
+
+
+def test_jobs_computed_under_different_numerics_are_named(tmp_path):
+    sweep = sweep_of(tmp_path, ["ntp", "parallel"], seeds=1)
+    fingerprint = {"cpu": "AMD EPYC", "isa": ["avx2"], "capability": "AVX512", "env": {}, "torch": "2.13.0", "mkl": "2024.2",
+                   "onednn": "3.12.0", "threads": 1, "dtype": "float32", "precision": "32-true"}
+    for run_json in sweep.glob("*/run.json"):
+        payload = json.loads(run_json.read_text())
+        payload["numerics"] = {**fingerprint, "threads": 2} if payload["manifest"]["head"] == "parallel" else fingerprint
+        run_json.write_text(json.dumps(payload))
+    (note,) = [line for line in findings_of(sweep) if line.startswith("The jobs of these tables computed under different numerics")]
+    assert "(threads differ)" in note and "1 thread ·" in note and "2 threads ·" in note
+    edit_runs(sweep, lambda payload: payload.update(numerics=fingerprint))
+    assert not any("different numerics" in line for line in findings_of(sweep))

@@ -146,7 +146,7 @@ def test_each_job_is_its_own_wandb_run_under_the_sweep_dir(joblib_sweep):
 @pytest.mark.slow  # 25–45 s alone (tests/README.md)
 def test_ddp_job_inside_a_multirun_runs_the_sweep_once(tmp_path, cache_dir):
     """Lightning starts rank 1 by re-running argv; inside a sweep that must be this one job, not the sweep again."""
-    result = lab_train("-m", *TINY, "trainer=ddp_cpu", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
+    result = lab_train("-m", *TINY, "trainer=ddp_cpu", "hydra/launcher=basic", cache_dir=cache_dir, cwd=tmp_path, timeout=SUBPROCESS_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
     assert log.count("Launching 1 jobs locally") == 1, log[-3000:]

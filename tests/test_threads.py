@@ -1,29 +1,50 @@
-"""trainer.threads (lab/training/threads.py): the auto policy, the free-core sample, the run's record of it, and the
-property that makes a load-dependent thread count safe: 1 and 2 threads train bit for bit alike."""
+"""trainer.threads (lab/training/threads.py): the count comes from the config and the model's size, never from the
+machine's load, so the main job gives the same digits idle and beside busy loops; a resume computes on its record."""
 
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 
 import pytest
 import torch
 
 import lab.training.threads as threads
-from lab.training.threads import busy_cores_elsewhere, choose_threads
+from lab.errors import ConfigError
+from lab.training.threads import SMALL_MODEL_PARAMS, choose_threads
 
 
 def test_a_number_wins():
-    assert choose_threads(3).threads == 3 and choose_threads(3).reason == "set in trainer.threads"
+    choice = choose_threads(3, params=1_000)
+    assert choice.threads == 3 and choice.reason == "set in trainer.threads"
 
 
-@pytest.mark.parametrize("busy, expected", [(0.0, 2), (0.6, 2), (0.8, 1), (1.7, 1), (2.0, 1)])
-def test_auto_takes_the_free_cores_at_least_one(monkeypatch, busy, expected):
+@pytest.mark.parametrize("setting", [0, -1, 1.5, "two"])
+def test_a_count_that_is_no_count_is_refused_naming_the_setting(setting):
+    with pytest.raises(ConfigError, match=r"trainer\.threads.*'auto' or an integer ≥ 1"):
+        choose_threads(setting, params=1_000)
+
+
+def test_a_small_model_computes_on_one_thread_on_any_machine(monkeypatch):
+    for cores in (1, 2, 64):
+        monkeypatch.setattr(threads, "usable_cores", lambda cores=cores: cores)
+        assert choose_threads("auto", params=SMALL_MODEL_PARAMS - 1).threads == 1
+
+
+@pytest.mark.parametrize("cores, side_by_side, expected", [(2, 1, 2), (8, 1, 8), (8, 2, 4), (2, 4, 1)])
+def test_a_large_model_shares_the_usable_cores_among_the_jobs_beside_it(monkeypatch, cores, side_by_side, expected):
+    monkeypatch.setattr(threads, "usable_cores", lambda: cores)
+    assert choose_threads("auto", params=SMALL_MODEL_PARAMS, side_by_side=side_by_side).threads == expected
+
+
+def test_a_resume_computes_on_its_recorded_count_or_is_refused_naming_both(monkeypatch):
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
-    monkeypatch.setattr(threads, "busy_cores_elsewhere", lambda: busy)
-    choice = choose_threads("auto")
-    assert choice.threads == expected and f"busy on {busy:.1f} cores" in choice.reason
+    assert choose_threads("auto", params=1_000, recorded=2).threads == 2  # auto would give 1 thread to a new run
+    assert choose_threads(2, params=1_000, recorded=2).threads == 2
+    with pytest.raises(ConfigError, match=r"trainer\.threads: the run being resumed computed on 2 threads, this resume asks for 1"):
+        choose_threads(1, params=1_000, recorded=2)
+    with pytest.raises(ConfigError, match=r"trainer\.threads: the run being resumed computed on 4 threads, this process may use 2 cores"):
+        choose_threads("auto", params=1_000, recorded=4)
 
 
 def spin(seconds: float) -> None:
@@ -32,57 +53,35 @@ def spin(seconds: float) -> None:
         pass
 
 
-def cpu_s_of(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (/proc/<pid>/stat)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+def main_job_parameters(tiny_cfg, head: str, run_dir, *, busy: bool) -> tuple[int, list[torch.Tensor]]:
+    """(threads, weights) after 3 steps of the main job's `head` job at its real size (experiments/quick_ablation.yaml:
+    d=96, 6 blocks, 16×128 tokens), alone or beside one busy loop per core."""
+    from tests.fit_helpers import fit
 
-
-def test_the_sample_counts_another_process_spinning():
-    """Whatever else the machine runs (the other test worker comes and goes), the sample counts at least the CPU time
-    the spinning process itself got while it was taken."""
-    spinner = multiprocessing.Process(target=spin, args=(3.0,))
-    spinner.start()
-    try:
-        time.sleep(0.3)
-        begin, start = cpu_s_of(spinner.pid), time.perf_counter()
-        loaded = busy_cores_elsewhere()
-        spinner_cores = (cpu_s_of(spinner.pid) - begin) / (time.perf_counter() - start)
-    finally:
-        spinner.terminate()
-    if spinner_cores < 0.5:
-        pytest.skip(f"the spinner got {spinner_cores:.2f} of a core: no idle core to show it on")
-    assert loaded >= spinner_cores - 0.15, (loaded, spinner_cores)  # 0.15: the window read around the sample is a little longer
-
-
-def train_bits(n_threads: int) -> list[torch.Tensor]:
-    from lab.model.mtp import build_model
-    from lab.objective.objective import Objective
-    from lab.objective.weights import Progress
-    from lab.training.optim import OptimConfig, build_optimizer
-    from lab.training.step import PlainOptimization, train_step
-    from tests.helpers import make_batch
-
+    cfg = tiny_cfg("experiment=quick_ablation", f"head={head}", "model.d_model=96", "model.n_heads=4", "data.seq_len=128",
+                   "data.batch_size=16", "trainer.max_steps=3")
+    loops = [multiprocessing.Process(target=spin, args=(120.0,), daemon=True) for _ in range(threads.usable_cores())] if busy else []
+    for loop in loops:
+        loop.start()
     before = torch.get_num_threads()
-    torch.set_num_threads(n_threads)
     try:
-        torch.manual_seed(0)
-        model = build_model({"vocab_size": 259, "d_model": 96, "n_layers": 4, "n_heads": 4}, {"name": "deepseek", "depth": 2})
-        objective = Objective.build({"policy": "head_mean"}, {"name": "uniform"}, {"name": "sequential"}, k=model.k)
-        optimizer, scheduler = build_optimizer(model, OptimConfig(), 10)
-        g = torch.Generator().manual_seed(0)
-        for step in range(4):
-            tokens = torch.randint(0, 259, (8, 64), generator=g)
-            train_step(model, objective, make_batch(tokens, torch.zeros_like(tokens)), Progress(step, 0, 10),
-                       PlainOptimization(model, optimizer, scheduler, 1.0))
-        return [p.detach().clone() for p in model.parameters()]
+        torch.set_num_threads(threads.usable_cores())  # what a fresh process starts with
+        _, module, _ = fit(cfg, run_dir, max_steps=3, every=100)
+        return torch.get_num_threads(), [p.detach().clone() for p in module.model.parameters()]
     finally:
         torch.set_num_threads(before)
+        for loop in loops:
+            loop.terminate()
 
 
-def test_one_and_two_threads_train_bit_for_bit_alike():
-    for a, b in zip(train_bits(1), train_bits(2)):
-        assert torch.equal(a, b)
+@pytest.mark.parametrize("head", ["ntp", "deepseek"])
+def test_the_main_job_gives_the_same_digits_idle_and_beside_busy_loops(tiny_cfg, head, tmp_path):
+    """Equality, not a tolerance: both runs compute on the same (one) thread, so the same kernels split the same
+    reductions the same way; only the load differs. The old policy gave this job 2 threads idle and 1 loaded."""
+    idle_threads, idle = main_job_parameters(tiny_cfg, head, tmp_path / "idle", busy=False)
+    loaded_threads, loaded = main_job_parameters(tiny_cfg, head, tmp_path / "loaded", busy=True)
+    assert idle_threads == loaded_threads == 1
+    assert all(torch.equal(a, b) for a, b in zip(idle, loaded))
 
 
 def test_a_run_records_and_applies_its_choice(tiny_cfg, tmp_path):
@@ -95,6 +94,6 @@ def test_a_run_records_and_applies_its_choice(tiny_cfg, tmp_path):
         build(tiny_cfg("trainer.threads=2"), record)
         assert torch.get_num_threads() == 2 and record.fields["threads"] == {"setting": "2", "threads": 2, "reason": "set in trainer.threads"}
         build(tiny_cfg(), record)
-        assert record.fields["threads"]["setting"] == "auto" and torch.get_num_threads() == record.fields["threads"]["threads"]
+        assert record.fields["threads"]["setting"] == "auto" and torch.get_num_threads() == record.fields["threads"]["threads"] == 1
     finally:
         torch.set_num_threads(before)

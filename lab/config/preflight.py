@@ -195,9 +195,23 @@ def preflight(argv: list[str], conf_dir: Path) -> DictConfig | None:
     full = compose(conf_dir, first_job, with_hydra=True)
     check_required_values(full)
     if "-m" in argv or "--multirun" in argv or str(full.hydra.mode) == "RunMode.MULTIRUN":
+        check_sweep_launcher(full)
         return full  # each job validates itself; a failed job is recorded and the sweep goes on
     check_single_run(full)
     return full
+
+
+def check_sweep_launcher(cfg: DictConfig) -> None:
+    """Jobs side by side (the parallel launcher, conf/hydra/launcher/parallel.yaml) run in joblib's worker processes,
+    which cannot start a multi-process job's other ranks: such a sweep takes the basic launcher, one job at a time."""
+    launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default=""))
+    trainer = cfg.trainer
+    strategy = trainer.get("strategy")
+    multi_process = str(trainer.get("devices")) not in ("1", "auto") or (strategy != "auto" and strategy is not None)
+    if "joblib" in launcher.lower() and multi_process:
+        raise ConfigError("hydra/launcher", f"a sweep of multi-process jobs (trainer.devices={trainer.get('devices')}, a "
+                                            "distributed strategy) runs one job at a time: add hydra/launcher=basic (joblib's "
+                                            "workers, which run jobs side by side, cannot start a job's other ranks)")
 
 
 def check_required_values(cfg: DictConfig) -> None:

@@ -7,6 +7,10 @@ It lets a search (experiments/search_lambda.yaml) tune two numbers instead of a 
 `${lab.wandb_dir:}` → where a job's offline wandb run goes: the sweep directory in a multirun
 (so `wandb sync <sweep dir>/wandb/offline-run-*` finds every job and the report run), the run
 directory otherwise.
+
+`${lab.sweep_jobs:ACCELERATOR}` → how many jobs the parallel launcher runs side by side: one per usable
+core on CPU, one at a time on an accelerator (conf/hydra/launcher/parallel.yaml; each small job computes
+on one thread, lab/training/threads.py).
 """
 
 from __future__ import annotations
@@ -26,7 +30,14 @@ def wandb_dir() -> str:
     return str(hydra_cfg.sweep.dir if hydra_cfg.mode == RunMode.MULTIRUN else hydra_cfg.runtime.output_dir)
 
 
+def sweep_jobs(accelerator: str = "cpu") -> int:
+    from lab.training.threads import sweep_jobs_side_by_side
+
+    return sweep_jobs_side_by_side() if str(accelerator) == "cpu" else 1
+
+
 def register_resolvers() -> None:
     """Idempotent; also called inside each job (a joblib worker process starts without them)."""
     OmegaConf.register_new_resolver("lab.aux_lambdas", aux_lambdas, replace=True)
     OmegaConf.register_new_resolver("lab.wandb_dir", wandb_dir, replace=True)
+    OmegaConf.register_new_resolver("lab.sweep_jobs", sweep_jobs, replace=True)

@@ -20,6 +20,8 @@ A record is a dict with a fixed shape, whatever its source:
     cost        dict  run.json `cost`: params_total, blocks_trunk / blocks_head / blocks_next_token_path,
                       train_flops_per_token, measured train_tokens_per_s, train_time_s (may be empty)
     corpus      dict  run.json `corpus_stats`: unigram_nats_per_token, top_token_share, ... (may be empty)
+    numerics    dict  run.json `numerics`: CPU, ISA flags, kernel capability, library versions, threads, dtype
+                      (lab/tracking/numerics.py; empty for runs recorded before it)
 
 The conversion from wandb's public-API run objects is a pure function of plain dicts
 (`record_from_wandb`) so it can be tested without a network.
@@ -117,7 +119,7 @@ def empty_record() -> dict:
     return {
         "job": None, "name": "", "run_dir": "", "overrides": [], "status": "failed", "error": None,
         "run_time_s": None, "head": None, "k": None, "head_traits": None, "reduction": None, "weights": None,
-        "schedule": None, "seed": None, "drafter_objective": None, "final": {}, "history": {}, "parameters": {}, "cost": {}, "corpus": {},
+        "schedule": None, "seed": None, "drafter_objective": None, "final": {}, "history": {}, "parameters": {}, "cost": {}, "corpus": {}, "numerics": {},
     }
 
 
@@ -190,6 +192,7 @@ def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
     record["parameters"] = payload.get("parameters") or {}
     record["cost"] = payload.get("cost") or {}
     record["corpus"] = payload.get("corpus_stats") or {}
+    record["numerics"] = payload.get("numerics") or {}
     manifest = payload.get("manifest") or {}
     config = payload.get("config") or {}
     record.update(fields_from(payload, manifest, config))
@@ -318,6 +321,7 @@ def record_from_wandb(run: dict, job: int) -> dict:
     record.update(fields_from(config, manifest, config))
     record["cost"] = dict(config.get("cost") or {})  # logged as a hyperparameter by lab-train
     record["corpus"] = dict(config.get("corpus_stats") or {})  # likewise
+    record["numerics"] = dict(config.get("numerics") or {})  # likewise
     overrides = config.get("overrides")
     record["overrides"] = [str(o) for o in overrides] if overrides else synthesized_overrides(record)
     status = summary.get("status")

@@ -10,6 +10,7 @@ from pathlib import Path
 from lab.report.answers import above_chance, clever_hans, count_runs
 from lab.report.caveats import caveats
 from lab.report.sweep_figures import ReportFigure, loss_speedup_points, order_key
+from lab.report.noise import floor_finding, gap_floor, numerics_finding, pooled_seed_sd, verdict
 from lab.report.records import Sweep
 from lab.report.scaling import scaling_finding, scaling_points, scaling_table
 from lab.report.significance import significance_finding
@@ -88,7 +89,7 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
     scored = sorted((v for v in variants if v.stat("val/loss")[0] is not None), key=lambda v: v.stat("val/loss")[0])
     if scored:
         best = scored[0]
-        out.append(f"Lowest validation next-token loss: **{best.label}** ({best.cell('val/loss')} nats).")
+        out.append(f"Lowest validation next-token loss: **{best.label}** ({best.cell('val/loss')} nats)" + runner_up(scored, variants) + ".")
         out += baseline_findings(scored, variants)
         worst = scored[-1]
         if worst is not best:
@@ -101,6 +102,7 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
     out += contention_findings(variants)
     out += fastest_decoding_finding(variants)
     out += spike_findings(sweep)
+    out += floor_finding(variants) + numerics_finding(sweep.records)
     out += caveats(variants)
     if sweep.failed:
         dims = sweep_dimensions(sweep.records)
@@ -120,10 +122,24 @@ def baseline_findings(scored: list[Variant], variants: list[Variant]) -> list[st
                 "choose one with `report.baseline=LABEL` (lab-report --baseline LABEL)."] if len(scored) > 1 else []
     if len(scored) < 2:
         return []
-    base = baseline.stat("val/loss")[0]
-    deltas = [f"{v.label} {v.stat('val/loss')[0] - base:+.4f}" for v in sorted(scored, key=order_key) if v is not baseline]
-    return [f"Difference to the baseline {baseline.label} ({base:.4f}): " + "; ".join(deltas) + f" (negative = better than {baseline.label})."
-            ] + significance_finding(variants, order_key)
+    base, sd = baseline.stat("val/loss")[0], pooled_seed_sd(variants)
+    deltas = [f"{v.label} {v.stat('val/loss')[0] - base:+.4f}{tie_mark(v.stat('val/loss')[0] - base, gap_floor(v, baseline, sd))}"
+              for v in sorted(scored, key=order_key) if v is not baseline]
+    return [f"Difference to the baseline {baseline.label} ({base:.4f}): " + "; ".join(deltas) + f" (negative = better than "
+            f"{baseline.label}; a tie: inside the noise floor)."] + significance_finding(variants, order_key)
+
+
+def tie_mark(gap: float, floor: float) -> str:
+    return "" if abs(gap) > floor else " (a tie)"
+
+
+def runner_up(scored: list[Variant], variants: list[Variant]) -> str:
+    """`, ahead of X by G nats (clears the noise floor F)` — or says that the lead is a tie."""
+    if len(scored) < 2:
+        return ""
+    best, second = scored[0], scored[1]
+    gap = second.stat("val/loss")[0] - best.stat("val/loss")[0]
+    return f", ahead of {second.label} by {gap:.4f} nats ({verdict(gap, gap_floor(best, second, pooled_seed_sd(variants)))})"
 
 
 def horizon_trend_findings(variants: list[Variant]) -> list[str]:

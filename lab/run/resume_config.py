@@ -25,7 +25,9 @@ COMPARED = ("model.", "head.", "data.", "optim.", "objective.", "reduction.", "w
 RESUMABLE = (
     "trainer.max_steps", "trainer.max_epochs", "trainer.val_check_interval", "trainer.check_val_every_n_epoch",
     "trainer.limit_val_batches", "trainer.num_sanity_val_steps", "trainer.log_every_n_steps", "trainer.enable_progress_bar",
-    "trainer.enable_model_summary", "trainer.default_root_dir", "trainer.threads", "data.num_workers", "data.num_proc",
+    "trainer.enable_model_summary", "trainer.default_root_dir",
+    "trainer.threads",  # a resume computes on the recorded count whatever is given, or is refused (lab/training/threads.py)
+    "data.num_workers", "data.num_proc",
     "data.cache_dir",
 )
 

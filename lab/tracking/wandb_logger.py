@@ -17,7 +17,7 @@ from pytorch_lightning.utilities import rank_zero_only
 
 
 # run.json fields lab/train.py passes to `log_hyperparams`: the wandb run config carries them for reports read from wandb.
-LOGGED_RECORD_FIELDS = ("cost", "k", "head_traits", "corpus_stats")
+LOGGED_RECORD_FIELDS = ("cost", "k", "head_traits", "corpus_stats", "numerics")
 
 
 class WandbLogger(LightningWandbLogger):

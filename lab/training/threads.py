@@ -1,30 +1,33 @@
-"""`trainer.threads`: how many intra-op threads torch computes with.
+"""`trainer.threads`: how many intra-op threads torch computes with. Chosen from the config, never from the load.
 
-Why a policy: on a shared machine, torch's default (one thread per core) makes every matrix product
-wait for its slowest thread. When other processes hold the cores, each product waits on a thread
-the scheduler has parked: measured on 2 cores at load 8–20, a d=96 model trained at 55–330 tokens/s
-with 2 threads and ~1,000 with 1. On an idle machine the same model trains ~1.7× faster with 2
-threads than with 1. So:
+Why: the thread count changes a run's digits. torch's CPU kernels split reductions (matmul blocks, sums,
+softmax) differently with 1 and 2 threads, so at the main job's size (d=96, 16×128 tokens, 240 steps) one ntp
+job ends at another validation loss on 1 thread than on 2 (a 0.03-nat shift measured on an AMX Xeon, larger
+than some gaps a report ranks). A count read off the machine's load gave a run other numbers on a busy machine
+than on an idle one, and a resume under another load continued on another count. So:
 
-    auto:    the cores free when the run starts (cores − the cores other processes keep busy), at least 1
-    an int:  exactly that many
+    auto, a small model (< SMALL_MODEL_PARAMS parameters):  1 thread, on every machine and under any load.
+          A sweep uses the cores by running jobs side by side instead (conf/hydra/launcher/parallel.yaml): one job
+          per usable core, each on one thread; side by side, two one-thread jobs do more work per second than one
+          job on two threads (no per-op synchronisation), and neither's numbers depend on the other.
+    auto, a larger model: the usable cores, divided among the jobs a parallel sweep runs side by side. A pretrained
+          trunk (SmolLM2: 135 M) trains for hours, and intra-op threads are the only way one run uses the cores;
+          its digits depend on that count, which run.json records (`threads`, `numerics`).
+    an integer: exactly that many.
+    a resume: the count the run recorded; a different explicit count, or fewer usable cores, is refused in one line.
 
-"Free" is sampled, not read off the load average: over SAMPLE_S seconds, the share of the machine's
-CPU time that other processes used (/proc/stat less this process). The 1-minute load average lags:
-in a sweep it still counts the job that just ended, and would give the next job one thread on an
-idle machine. The choice is made once per run, said in one console line and recorded in run.json
-(`threads`). It does not change results: torch's CPU kernels here split work by output, not by
-reduction, so 1 and 2 threads train bit for bit alike (tests/test_threads.py checks it), and a sweep
-run beside other work reproduces the idle run's numbers.
+The line sits at 20 M parameters: every GPT preset in conf/model below gpt2_small (124 M) and every main-job
+architecture (0.69–0.75 M) are under it, every pretrained trunk is over it. The choice is said in one console
+line and recorded in run.json.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 
 AUTO = "auto"
+SMALL_MODEL_PARAMS = 20_000_000
 
 
 @dataclass(frozen=True)
@@ -49,46 +52,42 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def choose_threads(setting) -> ThreadChoice:
+def choose_threads(setting, params: int, side_by_side: int = 1, recorded: int | None = None) -> ThreadChoice:
+    """The run's intra-op threads from its setting, its model's parameter count, the jobs its sweep runs side by side
+    and (a resume) the count it recorded. Nothing here reads the machine's load."""
     check_threads(setting)
+    if recorded is not None:
+        return resumed_threads(setting, recorded)
     if setting != AUTO:
         return ThreadChoice(int(setting), str(setting), "set in trainer.threads")
+    if params < SMALL_MODEL_PARAMS:
+        return ThreadChoice(1, AUTO, f"a model of {params / 1e6:.2f} M parameters (< {SMALL_MODEL_PARAMS / 1e6:g} M) computes on one thread")
     cores = usable_cores()
-    busy = busy_cores_elsewhere()
-    free = max(1, min(cores, cores - int(busy + 1 - BUSY_CORE)))  # a core counts as taken from BUSY_CORE of it on
-    return ThreadChoice(free, AUTO, f"{free} of {cores} cores free (other processes busy on {busy:.1f} cores over {SAMPLE_S} s)")
+    threads = max(1, cores // max(1, side_by_side))
+    beside = f", shared by {side_by_side} jobs side by side" if side_by_side > 1 else ""
+    return ThreadChoice(threads, AUTO, f"a model of {params / 1e6:.0f} M parameters computes on the {cores} usable cores{beside}")
 
 
-SAMPLE_S = 0.3
-BUSY_CORE = 0.75  # another process using this share of a core over the sample takes that core (a brief blip does not)
+def resumed_threads(setting, recorded: int) -> ThreadChoice:
+    """A resume computes on the thread count its run recorded, or is refused naming both counts."""
+    from lab.errors import require
 
-
-def busy_cores_elsewhere() -> float:
-    """How many cores other processes kept busy over the last SAMPLE_S seconds (the load average where /proc is absent)."""
-    try:
-        before, own_before = machine_jiffies(), own_cpu_s()
-        time.sleep(SAMPLE_S)
-        after, own_after = machine_jiffies(), own_cpu_s()
-    except OSError:
-        return os.getloadavg()[0]
-    busy, total = after[0] - before[0], after[1] - before[1]
-    machine = os.cpu_count() or 1
-    used = busy / total * machine * SAMPLE_S if total else 0.0  # core-seconds over the sample, every process
-    return max(0.0, (used - (own_after - own_before)) / SAMPLE_S)
-
-
-def machine_jiffies() -> tuple[int, int]:
-    """(busy, total) CPU ticks of the whole machine since boot, from /proc/stat's first line."""
-    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def own_cpu_s() -> float:
-    return time.process_time()
+    require(setting == AUTO or int(setting) == recorded, "trainer.threads",
+            f"the run being resumed computed on {recorded} threads, this resume asks for {setting}: a resume computes on its "
+            f"recorded count (leave trainer.threads=auto, or give {recorded})")
+    cores = usable_cores()
+    require(recorded <= cores, "trainer.threads",
+            f"the run being resumed computed on {recorded} threads, this process may use {cores} cores: resume it where "
+            f"{recorded} cores are usable (its numbers depend on the count), or start a new run from its weights with init_from")
+    return ThreadChoice(recorded, str(setting), "recorded by the run being resumed")
 
 
 def apply_threads(choice: ThreadChoice) -> None:
     import torch
 
     torch.set_num_threads(choice.threads)
+
+
+def sweep_jobs_side_by_side() -> int:
+    """How many jobs the parallel launcher runs at once: one per usable core (Hydra resolves `${lab_sweep_jobs:}`)."""
+    return usable_cores()

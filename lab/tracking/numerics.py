@@ -71,9 +71,10 @@ def differing_fields(fingerprints: list[dict]) -> list[str]:
 
 
 def code_version(folder: Path) -> str:
-    """The git commit checked out at `folder`, marked when the work tree differs from it (a record names its code)."""
+    """The git commit checked out at `folder`, marked when the code differs from it (a record names its code; edits to
+    tests, docs and records compute nothing and are not counted)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=folder).stdout.strip()
 
     commit = git("rev-parse", "HEAD") or "unknown"
-    return commit + (" + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    return commit + (" + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!tests", ":!docs", ":!results", ":!*.md") else "")

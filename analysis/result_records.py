@@ -47,8 +47,7 @@ def check_record(path: Path) -> dict:
 
 def command_problem(command: str) -> str | None:
     """None when every `lab-train …` part composes and every `python -m MODULE` imports; else what is wrong."""
-    for part in re.split(r"\s*(?:&&|;|\|)\s*", command):
-        words = shlex.split(part)
+    for words in command_parts(command):
         if words[:1] == ["lab-train"]:
             problem = compose_problem([w for w in words[1:] if not w.startswith("-")])
         elif words[:2] == ["python", "-m"] and len(words) > 2:
@@ -60,20 +59,43 @@ def command_problem(command: str) -> str | None:
     return None
 
 
+def command_parts(command: str) -> list[list[str]]:
+    """The simple commands of a shell line (split at &&, ;, | outside quotes), each as its words."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars="&;|")  # `<run>` placeholders stay words
+    lexer.whitespace_split = True
+    parts: list[list[str]] = [[]]
+    for token in lexer:
+        if token in ("&&", ";", "|", "||"):
+            parts.append([])
+        else:
+            parts[-1].append(token)
+    return [without_env(words) for words in parts if words]
+
+
+def without_env(words: list[str]) -> list[str]:
+    """The command without its leading environment assignments (`OMP_NUM_THREADS=1 lab-train …`)."""
+    while words and re.fullmatch(r"[A-Za-z_]\w*=\S*", words[0]):
+        words = words[1:]
+    return words
+
+
 def compose_problem(overrides: list[str]) -> str | None:
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from lab.config.paths import CONF_DIR
+    from lab.config.preflight import first_job_override, parse
     from lab.config.resolvers import register_resolvers
+    from lab.errors import ConfigError
 
     register_resolvers()
     concrete = [o for o in overrides if "<" not in o]  # `data.path=<folder>`: a placeholder the reader fills in
     try:
+        first_job = [line for line in (first_job_override(o) for o in parse(concrete)) if line is not None]  # a sweep's first job
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            compose("train", overrides=concrete)
-    except (HydraException, OmegaConfBaseException) as error:
+            compose("train", overrides=first_job)
+    except (HydraException, OmegaConfBaseException, ConfigError) as error:
         return f"no longer composes: {str(error).splitlines()[0]}"
     return None
 

@@ -97,3 +97,25 @@ def test_a_run_records_and_applies_its_choice(tiny_cfg, tmp_path):
         assert record.fields["threads"]["setting"] == "auto" and torch.get_num_threads() == record.fields["threads"]["threads"] == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_resume_of_a_recorded_run_computes_on_the_recorded_count(tiny_cfg, tmp_path, monkeypatch):
+    """A small model's new run would take one thread; resumed, the run computes on the two it recorded."""
+    import json
+
+    from lab.run.record import RunRecord
+    from lab.train import build
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")  # only its existence marks the resume here
+    (tmp_path / "run.json").write_text(json.dumps({"status": "interrupted", "threads": {"setting": "auto", "threads": 2}}))
+    record = RunRecord(tmp_path, [])
+    before = torch.get_num_threads()
+    try:
+        build(tiny_cfg("ckpt_path=last", f"hydra.run.dir={tmp_path}", f"paths.output_dir={tmp_path}"), record)
+        assert torch.get_num_threads() == 2 and record.fields["threads"]["reason"] == "recorded by the run being resumed"
+        with pytest.raises(ConfigError, match="computed on 2 threads, this resume asks for 1"):
+            build(tiny_cfg("ckpt_path=last", "trainer.threads=1", f"paths.output_dir={tmp_path}"), RunRecord(tmp_path, []))
+    finally:
+        torch.set_num_threads(before)

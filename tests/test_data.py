@@ -725,3 +725,15 @@ def test_ddp_ranks_share_the_cache_and_streaming_matches_mapped(tmp_path):
     for key, tensor in finals["mapped"].items():
         assert torch.equal(finals["stream"][key], tensor), key
 
+
+
+def test_the_validation_unigram_cross_entropy_is_add_one_smoothed_nats_per_validation_token():
+    import math
+
+    import numpy as np
+
+    from lab.data.datamodule import _unigram_cross_entropy
+
+    train, val = np.array([3, 1, 0]), np.array([1, 0, 1])  # p = (3+1, 1+1, 0+1) / (4 + 3) = 4/7, 2/7, 1/7
+    assert _unigram_cross_entropy(val, train) == pytest.approx(-(math.log(4 / 7) + math.log(1 / 7)) / 2, rel=1e-12)
+    assert math.isnan(_unigram_cross_entropy(np.zeros(3, dtype=np.int64), train))

@@ -166,6 +166,22 @@ def test_dimensions_resolve_to_the_keys_wandb_holds():
     assert config_key("trainer.max_steps", {"5", "6"}, configs) is None
 
 
+def test_a_head_by_k_grid_groups_by_k_although_ntps_k_resolves_to_one():
+    """The README's grid (head=ntp,parallel,deepseek head.k=2,4 seed=0,1): ntp's K is 1 and DeepSeek's depth follows K,
+    so no config's values are the override values; grouping by head.name alone would average K=2 with K=4."""
+    jobs = [("ntp", "2", 1, None), ("parallel", "2", 2, None), ("parallel", "4", 4, None), ("deepseek", "2", 2, 1), ("deepseek", "4", 4, 3)]
+    configs = []
+    for seed in (0, 1):
+        for head, k_override, k, depth in jobs:
+            overrides = [f"head={head}", f"head.k={k_override}", f"seed={seed}"] + ([f"head.depth={depth}"] if depth else [])
+            configs.append({"head": {"name": head, "k": k, "depth": depth}, "seed": seed, "overrides": overrides})
+    assert config_key("head", {"ntp", "parallel", "deepseek"}, configs) == "head.name"
+    assert config_key("head.k", {"2", "4"}, configs) == "head.k"
+    assert config_key("head.depth", {"1", "3"}, configs) == "head.depth"
+    configs[2]["head"]["k"] = 2  # a K=4 parallel job that logged K=2: K no longer tells the two apart
+    assert config_key("head.k", {"2", "4"}, configs) is None
+
+
 def test_missing_extra_is_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "never.json"
     line = one_error_line(lab_report("--wandb", "e/p", "--group", "g", "--publish", "--dry-run", str(out), prelude=HIDE_EXTRA))

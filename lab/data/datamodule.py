@@ -215,7 +215,7 @@ def _iter_texts(docs: datasets.Dataset | datasets.IterableDataset) -> Iterator[s
         yield from batch["text"]
 
 
-STATS_KEY = "stats-v2"  # v2 added top_token_share: an older stats file is recomputed, not read without it
+STATS_KEY = "stats-v3"  # v3 added val_unigram_cross_entropy_nats (v2 top_token_share): an older stats file is recomputed
 
 
 def _cached(name: Path, compute) -> dict:
@@ -235,10 +235,7 @@ def _cached(name: Path, compute) -> dict:
 def _corpus_stats(train_rows: MappedRows, val_rows: MappedRows, tokenizer: Tokenizer) -> dict:
     """n_docs/n_bytes/n_tokens/n_rows per split and the unigram entropy, in bounded memory."""
     train, val = train_rows.stream, val_rows.stream
-    counts = np.zeros(tokenizer.vocab_size, dtype=np.int64)
-    for view in train.chunks()[0]:
-        for lo in range(0, view.size, _STATS_BATCH):
-            counts += np.bincount(view[lo : lo + _STATS_BATCH], minlength=tokenizer.vocab_size)
+    counts, val_counts = _token_counts(train, tokenizer.vocab_size), _token_counts(val, tokenizer.vocab_size)
     n_bytes_train = _column_sum(train.tokenized, "n_bytes")
     return {
         "n_docs_train": train.n_docs,
@@ -250,7 +247,27 @@ def _corpus_stats(train_rows: MappedRows, val_rows: MappedRows, tokenizer: Token
         "n_rows_train": len(train_rows),
         "n_rows_val": len(val_rows),
         **_unigram_stats(counts, n_bytes_train),
+        "val_unigram_cross_entropy_nats": _unigram_cross_entropy(val_counts, counts),
     }
+
+
+def _token_counts(stream, vocab_size: int) -> np.ndarray:
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for view in stream.chunks()[0]:
+        for lo in range(0, view.size, _STATS_BATCH):
+            counts += np.bincount(view[lo : lo + _STATS_BATCH], minlength=vocab_size)
+    return counts
+
+
+def _unigram_cross_entropy(val_counts: np.ndarray, train_counts: np.ndarray) -> float:
+    """Nats per validation token under the training tokens' unigram, add-one smoothed (a token validation holds and
+    training does not costs log(N + V), not infinity): what a model that learned only token frequencies scores on
+    validation, the floor the report's unigram warning compares validation loss with."""
+    n_val = int(val_counts.sum())
+    if not n_val:
+        return float("nan")
+    log_p = np.log((train_counts + 1) / (train_counts.sum() + train_counts.size))  # [V]
+    return float(-(val_counts * log_p).sum() / n_val)
 
 
 def _column_sum(docs: datasets.Dataset, column: str) -> int:

@@ -2,12 +2,14 @@
 
 Each warning names the test it applied and the numbers that tripped it:
 
-- a model that has not beaten the corpus's unigram entropy (validation next-token loss ≥ the training
-  tokens' unigram entropy, nats per token): it has learned token frequencies at most;
+- validation that holds few documents or bytes (< MIN_VAL_DOCS or < MIN_VAL_BYTES): its numbers rest on little text;
+- a model that has not beaten the unigram floor (validation next-token loss ≥ the validation tokens' cross-entropy
+  under the training tokens' unigram, nats per token): it has learned token frequencies at most;
 - degenerate agreement: horizon-2 agreement ≥ AGREE_NEAR_ONE while the next-token accuracy is within
   SHARE_MARGIN of the most frequent token's share (every head predicting that token agrees trivially), so
   the agreement-based tokens/forward estimate is no decoding speed;
-- collapsed heads: every horizon predicts the same id in ≥ COLLAPSED_SHARE of its rows;
+- collapsed horizons: a horizon predicts one id in ≥ COLLAPSED_SHARE of its rows (each named: its acceptance and the
+  decoding speed built on it count drafts of that token);
 - a significance claim made on fewer than 2 seeds (none is made; the warning says why).
 """
 
@@ -31,17 +33,36 @@ def corpus_value(variants: list[Variant], name: str) -> float | None:
 
 
 def above_unigram(variants: list[Variant]) -> list[str]:
-    entropy = corpus_value(variants, "unigram_nats_per_token")
+    floor = corpus_value(variants, "val_unigram_cross_entropy_nats")
+    what = "the validation tokens' cross-entropy under the training tokens' unigram"
+    if floor is None:  # a run recorded before that statistic: the training entropy, said as such
+        floor = corpus_value(variants, "unigram_nats_per_token")
+        what = "the training tokens' unigram entropy (these runs recorded no validation cross-entropy under it)"
     scored = [(v, v.stat("val/loss")[0]) for v in variants if v.stat("val/loss")[0] is not None]
-    if entropy is None or not scored:
+    if floor is None or not scored:
         return []
-    above = [(v, loss) for v, loss in scored if loss >= entropy]
+    above = [(v, loss) for v, loss in scored if loss >= floor]
     if not above:
         return []
     who = "Every variant" if len(above) == len(scored) else f"{len(above)} of {len(scored)} variants"
-    return [f"**Warning:** {who} still has a validation next-token loss at or above the training tokens' unigram entropy "
-            f"({entropy:.3f} nats/token; test: val/loss ≥ it): " + "; ".join(f"{v.label} {loss:.3f}" for v, loss in above)
+    return [f"**Warning:** {who} still has a validation next-token loss at or above {what} ({floor:.3f} nats/token; test: "
+            "val/loss ≥ it): " + "; ".join(f"{v.label} {loss:.3f}" for v, loss in above)
             + ". Such a model predicts little beyond token frequencies; differences between these variants say little about their architectures."]
+
+
+MIN_VAL_DOCS = 10
+MIN_VAL_BYTES = 50_000
+
+
+def small_validation(variants: list[Variant]) -> list[str]:
+    """Validation that holds few documents or bytes: its losses rest on little text, whatever the tables' digits."""
+    docs, size = corpus_value(variants, "n_docs_val"), corpus_value(variants, "n_bytes_val")
+    if docs is None or size is None or (docs >= MIN_VAL_DOCS and size >= MIN_VAL_BYTES):
+        return []
+    return [f"**Warning:** validation holds {docs:.0f} documents ({size / 1e3:.1f} KB; test: fewer than {MIN_VAL_DOCS} documents "
+            f"or {MIN_VAL_BYTES / 1e3:.0f} KB): every validation number rests on that little text, which may not resemble the "
+            "training documents. Raise `data.val_fraction` (default 0.05: the share of documents, by a hash of each, that "
+            "validates) or give more documents."]
 
 
 def degenerate_agreement(variants: list[Variant]) -> list[str]:
@@ -65,16 +86,23 @@ def degenerate_agreement(variants: list[Variant]) -> list[str]:
 
 
 def collapsed_heads(variants: list[Variant]) -> list[str]:
+    """Each horizon that predicts one id in ≥ COLLAPSED_SHARE of its rows, named with the numbers it inflates."""
     out = []
     for v in variants:
-        if v.max_k < 2:
+        shares = {k: v.stat(f"val/top_token_share/h{k}")[0] for k in range(1, v.max_k + 1)}
+        collapsed = [k for k, share in shares.items() if share is not None and share >= COLLAPSED_SHARE]
+        if v.max_k < 2 or not collapsed:
             continue
-        tops = [v.stat(f"val/top_token/h{k}")[0] for k in range(1, v.max_k + 1)]
-        shares = [v.stat(f"val/top_token_share/h{k}")[0] for k in range(1, v.max_k + 1)]
-        if any(x is None for x in tops + shares) or len({round(t) for t in tops}) != 1 or min(shares) < COLLAPSED_SHARE:
-            continue
-        out.append(f"**Warning:** every head of {v.label} predicts the same token (id {round(tops[0])}) in most of its rows "
-                   f"(shares h1..h{v.max_k}: " + ", ".join(f"{x:.2f}" for x in shares) + f"; test: one id, each share ≥ {COLLAPSED_SHARE}).")
+        top = {k: v.stat(f"val/top_token/h{k}")[0] for k in collapsed}
+        named = ", ".join(f"h{k} (id {'?' if top[k] is None else round(top[k])}, {shares[k]:.0%} of its rows)" for k in collapsed)
+        subject = "every horizon predicts one token" if len(collapsed) == v.max_k else (
+            f"horizon{'s' if len(collapsed) > 1 else ''} predict{'' if len(collapsed) > 1 else 's'} one token")
+        inflated = [f"{name} {v.cell(metric, 2)}" for name, metric in (("tokens/forward", "decode/tokens_per_forward"),
+                    ("speedup", "decode/speedup"), ("est tokens/forward", "val/est_tokens_per_forward")) if v.stat(metric)[0] is not None]
+        out.append(f"**Warning:** {v.label}: {subject}: {named} (test: one id in ≥ {COLLAPSED_SHARE:.0%} of a horizon's rows; "
+                   f"shares h1..h{v.max_k}: " + ", ".join("—" if x is None else f"{x:.2f}" for x in shares.values()) + "). "
+                   + (f"Its acceptance and decoding numbers ({'; '.join(inflated)}) count" if inflated else "Its acceptance counts")
+                   + " drafts of that token: not what its heads would give on real text.")
     return out
 
 
@@ -91,4 +119,5 @@ def too_few_seeds(variants: list[Variant]) -> list[str]:
 
 
 def caveats(variants: list[Variant]) -> list[str]:
-    return above_unigram(variants) + degenerate_agreement(variants) + collapsed_heads(variants) + too_few_seeds(variants)
+    return (small_validation(variants) + above_unigram(variants) + degenerate_agreement(variants) + collapsed_heads(variants)
+            + too_few_seeds(variants))

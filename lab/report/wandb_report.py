@@ -106,7 +106,10 @@ def config_key(dimension: str, override_values: set[str], configs: list[dict]) -
     Candidates, first match wins: the override path itself (`head.k`, `optim.lr`); a leaf under a
     config group whose value is the group choice (`head=parallel` → `head.name`); the last path
     segment anywhere (Lightning logs the DataModule's arguments at top level: `data.seq_len` →
-    `seq_len`). A candidate holds when every config has it and its values are the override values.
+    `seq_len`). A candidate holds when every config has it and either its values are the override values, or — where
+    the configs carry their job's `overrides` — it tells apart every two jobs that differ in this dimension alone (a
+    resolved value may differ from the override: ntp's `head.k` is 1 in a `head.k=2,4` grid, and still the K=2 and
+    K=4 jobs of every other head hold 2 and 4, as the local report's variants do).
     """
     flat = [leaves(config) for config in configs]
     if not flat:
@@ -118,9 +121,25 @@ def config_key(dimension: str, override_values: set[str], configs: list[dict]) -
     under = sorted((p for p in common if p.startswith(path + ".")), key=lambda p: (p != f"{path}.name", p))
     elsewhere = sorted((p for p in common if p == last or p.endswith("." + last)), key=lambda p: (p.count("."), p))
     for candidate in [path, *under, *elsewhere]:
-        if candidate in common and {comparable(f[candidate]) for f in flat} == wanted:
+        if candidate in common and ({comparable(f[candidate]) for f in flat} == wanted or separates(candidate, dimension, configs, flat)):
             return candidate
     return None
+
+
+def separates(candidate: str, dimension: str, configs: list[dict], flat: list[dict]) -> bool:
+    """Whether `candidate` differs between every two jobs whose overrides differ in `dimension` alone (seeds aside):
+    grouping by it then splits what the local report's variants split."""
+    if not all(config.get("overrides") for config in configs):
+        return False
+    jobs = []
+    for config, values in zip(configs, flat):
+        items = dict(override_items(config["overrides"]))
+        rest = frozenset((k, v) for k, v in items.items() if k != dimension and k not in SEED_KEYS)
+        jobs.append((rest, items.get(dimension), comparable(values[candidate])))
+    pairs = [(a, b) for i, a in enumerate(jobs) for b in jobs[i + 1:] if a[0] == b[0] and a[1] != b[1]]
+    if not pairs:  # it never varies alone (deepseek's head.depth follows head.k): its own path is enough
+        return candidate == dimension.lstrip("+")
+    return all(a[2] != b[2] for a, b in pairs)
 
 
 @dataclass

@@ -370,7 +370,21 @@ def test_welch_one_sided_p_values_hand_computed():
     assert welch_less([2.0, 2.0], [3.0, 3.0]) == (-1.0, 0.0)  # no spread: the sign decides
 
 
-def test_findings_state_the_difference_to_ntp_with_a_one_sided_welch_p(tmp_path):
+def test_welch_two_sided_p_values_double_the_one_sided_tail_and_the_interval_holds_the_resampled_means():
+    from lab.report.significance import bootstrap_interval, paired, welch
+
+    difference, p = welch([1, 2, 3], [2, 3, 4])  # t = -1.2247, df = 4: two tails of 0.1439
+    assert difference == -1.0 and p == pytest.approx(0.2878, abs=1e-3)
+    assert welch([3, 4, 5], [2, 3, 4])[1] == pytest.approx(0.2878, abs=1e-3)  # the other direction: the same p
+    low, high = bootstrap_interval([1.0, 1.2], [2.0, 2.2])
+    assert -1.2 - 1e-9 <= low < -1.0 < high <= -0.8 + 1e-9  # resampled means differ by −1.2 … −0.8; −1.0 is the most likely
+    # seeds 0, 1, 2: differences −0.1, −0.2, −0.3 → mean −0.2, sd 0.1; t = −0.2 / (0.1/√3) = −3.464, df 2: p = 0.0742
+    mean, sd, p = paired({0: 0.9, 1: 0.8, 2: 0.7}, {0: 1.0, 1: 1.0, 2: 1.0})
+    assert (mean, sd) == (pytest.approx(-0.2), pytest.approx(0.1)) and p == pytest.approx(0.0742, abs=5e-4)
+    assert paired({0: 1.0, 1: 1.0}, {1: 1.0, 2: 1.0}) is None  # other seeds: no pairs
+
+
+def test_findings_state_the_difference_to_ntp_with_a_two_sided_welch_p(tmp_path):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
@@ -378,9 +392,9 @@ def test_findings_state_the_difference_to_ntp_with_a_one_sided_welch_p(tmp_path)
         fake_job(sweep, job, head, seed, shift=shift)
     build_sweep_report(sweep)
     md = (sweep / "report.md").read_text()
-    line = next(line for line in md.splitlines() if "one-sided Welch t-test" in line)
-    # parallel: 2.995 + 0.01·seed vs ntp 3.0 + 0.01·seed → −0.005; t = −0.6124, df = 4, p = 0.2868
-    assert "head=parallel -0.0050 (n = 3 vs 3, p = 0.287)" in line, line
+    line = next(line for line in md.splitlines() if "two-sided Welch t-test" in line)
+    # parallel: 2.995 + 0.01·seed vs ntp 3.0 + 0.01·seed → −0.005; t = −0.6124, df = 4, two-sided p = 2 × 0.2868
+    assert "head=parallel -0.0050 [" in line and "(n = 3 vs 3, p = 0.573; seed-paired -0.0050 ± 0.0000" in line, line
 
 
 def test_scaling_report_on_a_two_size_two_variant_sweep(tmp_path):

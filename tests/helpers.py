@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
@@ -125,3 +126,29 @@ def committed_kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     StackCache (keys/values lists) or the transformers trunk's (a DynamicCache in `.dynamic`)."""
     layers = [(layer.keys, layer.values) for layer in cache.dynamic.layers] if hasattr(cache, "dynamic") else zip(cache.keys, cache.values)
     return [(k[:, :, : cache.committed], v[:, :, : cache.committed]) for k, v in layers]
+
+
+class float64_throughout(TorchFunctionMode):
+    """`with float64_throughout():` every float32 a computation asks for is float64 instead (`dtype=torch.float32`
+    or `torch.float` anywhere in a call's arguments, `Tensor.float()`), so a `.double()` model runs in float64 end to end.
+
+    Some code asks for float32 whatever the model's dtype: transformers' RMSNorms, rotary cos/sin and eager
+    softmax, the glm4_moe/deepseek_v3 routers (`F.linear(x.type(torch.float32), weight.type(torch.float32))`), and
+    lab.nn.blocks.rotary_angles. A float32 matmul sums in an order its BLAS kernel picks from the shape and the CPU
+    (AVX2 or AVX-512, Intel or AMD), so a 1-row cached pass and an n-row full forward differ by ~1e-7 relative in the
+    router logits and up to ~5e-9 in the output logits (glm4_moe: 3.8e-10 on an AMD EPYC, 5.2e-9 on an Intel Xeon):
+    a 1e-9 test then passes on one CPU and fails on another. Inside this mode the same code runs, only in float64, and
+    two code paths agree to float64 rounding (~1e-16 there) on any CPU. For float64 models only: it would turn a float32
+    model's pieces into float64 too.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.float:
+            func = torch.Tensor.double
+        elif any(a is torch.float32 for a in args):
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+        if not kwargs:
+            return func(*args)
+        if any(v is torch.float32 for v in kwargs.values()):
+            kwargs = {k: torch.float64 if v is torch.float32 else v for k, v in kwargs.items()}
+        return func(*args, **kwargs)

@@ -20,6 +20,10 @@ from tests.helpers import build_model, make_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
 
+# 1e-9 holds on any CPU: the models are float64 but for lab's rotary cos/sin (float32, lab/nn/blocks.py), which is
+# elementwise from integer positions, so a position gets the same bits in a cached pass and in a full forward; the
+# rest differs by float64 summation order (~1e-15). Transformers trunks also have float32 pieces that are not
+# elementwise (RMSNorm, MoE routers): their tests run under tests/helpers.py's float64_throughout.
 ATOL = 1e-9
 HEADS = {  # every registered head, and variants
     **cases(),

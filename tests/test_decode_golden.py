@@ -2,7 +2,8 @@
 
 The file was written by the code before the architecture refactor (one trunk registry, the head contract moved
 below heads and objective); the refactor promises no behaviour change, so these outputs must not move. Tiny seeded
-models in float64 (no near-ties between the CPUs that run the suite); per case: plain greedy, speculative greedy,
+models in float64 (no near-ties between the CPUs that run the suite: tokens and counts hold where the logits move
+in their last bits, e.g. the float32 initial draw of a CPU without AVX2, checked with ATEN_CPU_CAPABILITY=default); per case: plain greedy, speculative greedy,
 speculative sampling at T=1 with a seeded generator, a draft tree where the head drafts trees, prompt lookup, and a
 batch of two prompts where the trunk batches speculative requests. Timings are left out of the ledgers.
 

@@ -21,7 +21,7 @@ import torch
 import lab.decode_core.acceptance as acceptance
 from lab.decode import generate
 from tests.head_cases import case, split, without
-from tests.helpers import make_batch, model_config
+from tests.helpers import float64_throughout, make_batch, model_config
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from tests.test_speculative import exact_law
@@ -74,13 +74,17 @@ class Enumerator:
 
 
 def enumerated_law(run) -> tuple[dict[tuple, float], int, int]:
-    """(law of `run(draws).tokens`, number of runs, rejections seen) over every branch of the decoder's choices."""
+    """(law of `run(draws).tokens`, number of runs, rejections seen) over every branch of the decoder's choices.
+
+    The runs go under `float64_throughout` (a float64 model's float32 pieces, e.g. transformers' RMSNorm and
+    routers, in float64 too): the law is held to 1e-12 against `exact_law`'s full forwards, another code path."""
     law: dict[tuple, float] = {}
     stack, runs, rejections = [[]], 0, 0
     while stack:
         script = stack.pop()
         draws = Enumerator(script)
-        tokens = tuple(run(draws).tokens)
+        with float64_throughout():
+            tokens = tuple(run(draws).tokens)
         law[tokens] = law.get(tokens, 0.0) + draws.probability
         runs, rejections = runs + 1, rejections + draws.rejections
         for i in range(len(script), len(draws.taken)):  # siblings of every new decision
@@ -180,7 +184,8 @@ def test_tree_law_under_top_k_and_temperature():
     for continuation in itertools.product(range(VOCAB), repeat=3):
         probability, sequence = 1.0, list(PROMPT)
         for token in continuation:
-            logits = model.next_token_logits(make_batch([sequence], [[0] * len(sequence)]))[0, -1].double() / 0.7
+            with float64_throughout():  # as enumerated_law runs the decoder
+                logits = model.next_token_logits(make_batch([sequence], [[0] * len(sequence)]))[0, -1].double() / 0.7
             kth = logits.topk(2).values[-1]
             probability *= logits.masked_fill(logits < kth, float("-inf")).softmax(-1)[token].item()
             sequence.append(token)

@@ -142,6 +142,7 @@ class CheckedTreeDecoder(Decoder):
         for k in range(2, self.state.model.k + 1):
             if last < full[k - 1].hidden.shape[1]:
                 expected = self.state.model.horizon_logits(k, full[k - 1].hidden[0, last])  # [V]
+                # float64 but for the rotary cos/sin, float32 and elementwise: the same bits on both paths (test_decode_cache's ATOL)
                 torch.testing.assert_close(self.proposer.next_logits[k - 2], expected, atol=1e-10, rtol=0)
         return following
 
@@ -180,6 +181,7 @@ def test_committed_caches_after_tree_rounds_equal_a_plain_decode(head, fitted):
         # key-block reduction). A plain decode computes every row alone, so only a one-row-per-forward decode
         # (no verification pass) could match it bitwise. What holds exactly is tested below: the committed rows
         # are the verification pass's path rows moved bitwise, and they do not depend on any sibling bitwise.
+        # (The one float32 piece, the rotary cos/sin, is elementwise from integer positions: the same bits on both paths.)
         assert worst < 1e-13  # measured ≤ 2e-15
 
 
@@ -230,7 +232,7 @@ def test_committed_rows_do_not_depend_on_sibling_tokens_bitwise(head):
     kv, drafts = committed_state(model, shape, prompt, nodes, path)
     kv2, drafts2 = committed_state(model, shape, prompt, rewritten, path)
     assert kv.keys() == kv2.keys() and ("trunk",) in kv  # plus every block stack the head owns (linear and identity: none)
-    for key in kv:
+    for key in kv:  # bitwise on any CPU: both runs pass the same tree shape, so the same kernels run on the same shapes
         for (k1, v1), (k2, v2) in zip(kv[key], kv2[key]):
             assert k1.shape[2] == len(prompt) + len(path) and torch.equal(k1, k2) and torch.equal(v1, v2), key
     assert torch.equal(drafts, drafts2)
@@ -258,6 +260,7 @@ def test_batched_drafts_equal_the_heads_own_rows(head):
         full = model(make_batch([seen + [0, 0, 0, 0]], [[0] * (len(seen) + 4)]))  # rows past the end only pad horizons
         for k in range(2, model.k + 1):
             expected = model.horizon_logits(k, full[k - 1].hidden[0, len(seen) - 1])  # [V]
+            # float64 but for the rotary cos/sin, float32 and elementwise: the same bits on both paths
             torch.testing.assert_close(decoder.proposer.next_logits[k - 2], expected, atol=1e-10, rtol=0)
 
 

@@ -174,7 +174,7 @@ def test_a_checkpointed_state_carries_the_ids():
     fresh.load_state_dict(model.state_dict())
     assert fresh.draft_ids.tolist() == DRAFT_IDS.tolist()
     x = torch.randn(4, 8, dtype=torch.float64)
-    torch.testing.assert_close(fresh.horizon_logits(2, x), model.horizon_logits(2, x), rtol=0, atol=0)
+    torch.testing.assert_close(fresh.horizon_logits(2, x), model.horizon_logits(2, x), rtol=0, atol=0)  # same weights and input: same kernels
     assert "draft_ids" not in tiny({"name": "parallel", "k": 3}, ids=None).state_dict()  # the default writes nothing new
 
 

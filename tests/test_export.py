@@ -48,7 +48,7 @@ def test_release_gives_the_full_models_next_token_logits(trained, head, tmp_path
     record = export(ckpt, tmp_path / "release")
     release = load_release(tmp_path / "release")
     batch = real_batch(datamodule)
-    assert torch.equal(release.next_token_logits(batch), full.next_token_logits(batch))
+    assert torch.equal(release.next_token_logits(batch), full.next_token_logits(batch))  # same modules and weights, same batch: same kernels
 
     assert release.k == 1 and release.head_cfg.name == ("linear" if name == "linear" else "ntp")
     assert record["parent_sha256"] == hashlib.sha256(ckpt.read_bytes()).hexdigest()
@@ -74,7 +74,7 @@ def test_cli_keep_heads_round_trip_and_refusals(trained, tmp_path):
     batch = real_batch(datamodule)
     with torch.no_grad():
         for got, expected in zip(release(batch), full(batch)):
-            assert torch.equal(got.hidden, expected.hidden)
+            assert torch.equal(got.hidden, expected.hidden)  # same modules and weights, same batch: same kernels
 
     again = subprocess.run(["lab-export", str(ckpt), "--out", str(out)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     assert again.returncode == 2 and again.stderr.strip().splitlines() == [f"error: --out: {out} exists and is not an empty folder; choose a new one"]

@@ -184,7 +184,7 @@ def test_fusion_order_he_to_eh_round_trip_is_exact_and_a_wrong_declaration_shows
     expected = horizon_logits(source, batch)
     back_he = load_deepseek_folder(folder).model  # declared eh (config.json), loaded into an he head: columns swapped back
     for got, want in zip(horizon_logits(back_he, batch), expected, strict=True):
-        assert torch.equal(got, want)
+        assert torch.equal(got, want)  # columns swapped back: the same weights and ops as the source, the same kernels
     back_eh = load_deepseek_folder(folder, head_order="eh").model  # kept as eh, computed as [embedding, hidden]
     for got, want in zip(horizon_logits(back_eh, batch), expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

@@ -81,7 +81,7 @@ def test_round_trip_keeps_every_horizons_logits_bitwise(runs, name, tmp_path, ca
     assert loaded.source == "medusa" and loaded.model.k == 3
     batch = probe()
     for got, expected in zip(all_logits(loaded.model, batch), all_logits(trained, batch), strict=True):
-        assert torch.equal(got, expected)
+        assert torch.equal(got, expected)  # the same head class and weights on the same batch: the same kernels
     prompt = torch.tensor([5, 17, 42, 7])
     ours = generate(trained, prompt, 10, speculative=True)
     theirs = generate(loaded.model, prompt, 10, speculative=True)
@@ -164,4 +164,4 @@ def test_init_from_a_medusa_folder_gives_its_heads(runs, tmp_path, capsys):
     assert record["kind"] == "medusa"
     batch = probe()
     for got, expected in zip(all_logits(child.eval(), batch), all_logits(trained, batch), strict=True):
-        assert torch.equal(got, expected)
+        assert torch.equal(got, expected)  # the same head class and weights on the same batch: the same kernels

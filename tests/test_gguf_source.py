@@ -44,7 +44,7 @@ def test_a_gguf_converts_once_to_a_folder_whose_logits_equal_transformers_own_gg
     ours = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokens = torch.randint(0, theirs.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        assert torch.equal(ours(tokens).logits, theirs(tokens).logits)
+        assert torch.equal(ours(tokens).logits, theirs(tokens).logits)  # same class, weights and input: the same kernels
 
     marker_time = (folder / DONE_MARKER).stat().st_mtime_ns
     assert converted_folder(gguf_file, "model.path", cache) == folder  # second load: the cache, no conversion

@@ -250,7 +250,7 @@ def test_joint_trunk_gradient_is_the_sum_of_horizon_gradients(case):
     per_horizon = [loss_and_grads(model, batch, [w if j == k else 0.0 for j in range(K)])[1] for k, w in enumerate(weights)]
     for n in g_total:
         if is_trunk_block(n):
-            assert_close_rel(g_total[n], sum(g[n] for g in per_horizon), 1e-10, n)
+            assert_close_rel(g_total[n], sum(g[n] for g in per_horizon), 1e-10, n)  # float64; one batch, the same forward each time
             if n.endswith("qkv.weight"):  # every horizon really contributes to the trunk
                 assert all(g[n].abs().max() > 0 for g in per_horizon)
 

@@ -159,7 +159,7 @@ def test_keep_heads_release_of_a_fixed_base_holds_heads_and_adapters_beside_a_po
         release, model = load_release(out), module.model.eval()
         batch = next(iter(datamodule.val_dataloader()))
         with torch.no_grad():
-            for got, expected in zip(release(batch), model(batch), strict=True):  # every horizon, bitwise
+            for got, expected in zip(release(batch), model(batch), strict=True):  # every horizon, bitwise (same modules and weights, same batch)
                 assert torch.equal(torch.nn.functional.linear(got.norm(got.hidden), got.weight),
                                    torch.nn.functional.linear(expected.norm(expected.hidden), expected.weight))
 

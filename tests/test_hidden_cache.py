@@ -161,7 +161,7 @@ def test_a_cached_step_takes_horizon_1_from_the_cache_exactly_when_it_is_the_fro
     assert moved[0] == pytest.approx(float(before.counts[0]) if trunks_own else 0.0, abs=1e-4), (head, moved)
     assert moved[1:] == [0.0] * (model.k - 1)
     for name, grad in grads.items():
-        torch.testing.assert_close(shifted_grads[name], grad, rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(shifted_grads[name], grad, rtol=0, atol=0, msg=name)  # the same ops on the same shapes
     if head in ("medusa", "deepseek"):
         assert trunks_own  # the heads this saves the most for do keep the trunk's path
     if head == "parallel":
@@ -177,6 +177,7 @@ def test_bfloat16_cache_holds_the_trunk_states_bit_for_bit(tmp_path):
     with torch.no_grad():
         ctx = model.trunk.attention_context(batch["segment_ids"], batch["position_ids"], batch["active"])
         live = model.trunk(batch["tokens"], ctx)  # [B, S, d]
+    # bitwise: one cache batch of every row (batch_size=len(rows)) is the live batch's shape, so the same kernels
     assert torch.equal(default_collate([cached[i] for i in range(len(rows))])[HIDDEN], live)
 
 

@@ -93,7 +93,7 @@ def check_skipped_equals_lambda_zero(head, schedule, step_index, live, target):
     assert skipped.active_horizons == live and full.active_horizons == 3
     torch.testing.assert_close(skipped.loss, full.loss, rtol=1e-6, atol=0)
     assert torch.equal(skipped.counts, full.counts) and skipped.counts.shape == (3,)  # skipped counts from the labels
-    torch.testing.assert_close(skipped.coefficients, full.coefficients, rtol=0, atol=0)
+    torch.testing.assert_close(skipped.coefficients, full.coefficients, rtol=0, atol=0)  # from the counts and λ alone: the same arithmetic
     torch.testing.assert_close(skipped.loss_sums[:live], full.loss_sums[:live], rtol=1e-6, atol=0)
     assert skipped.loss_sums.shape == skipped.local_counts.shape == skipped.correct.shape == (3,)
     for name, grad in g_full.items():

@@ -64,7 +64,7 @@ def test_a_float32_model_is_plain_adamw_bit_for_bit_with_the_same_state():
             net(x).square().sum().backward()
             opt.step()
     for a, b in zip(reference_model.parameters(), model.parameters()):
-        assert torch.equal(a, b)
+        assert torch.equal(a, b)  # bitwise: the subclass runs torch's AdamW step itself, the same kernels
     state = optimizer.state_dict()
     assert state.pop(MASTER_KEY) == []
     assert state.keys() == reference.state_dict().keys()

@@ -7,14 +7,17 @@ full forwards; speculative greedy equals plain greedy; speculative sampling keep
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lab.decode import generate
 from lab.model.mtp import build_model
 from tests.head_cases import case, cases
 from tests.moe_fixtures import MOE_BLOCKS, MOE_FAMILIES, V, moe_model_config
-from tests.helpers import horizon_sums
+from tests.helpers import float64_throughout, horizon_sums
 from tests.test_hf_trunk import packed
 from tests.test_native_blocks import (assert_cached_steps_equal_full_forwards, assert_documents_stay_apart,
                                       assert_draft_chain_equals_teacher_forced_forwards)
@@ -36,7 +39,9 @@ def moe(family: str, head: str, seed: int = 0, **overrides):
 
 def moe64(family: str, head: str, seed: int = 0):
     """A float64 copy for the exactness tests: transformers' default expert kernel (grouped_mm) takes
-    float32/bfloat16/float16 only, so these run the experts through its eager loop."""
+    float32/bfloat16/float16 only, so these run the experts through its eager loop. The glm4_moe/deepseek_v3
+    routers still cast to float32 inside (as do the families' RMSNorms and rotary): a test comparing two code
+    paths runs under `float64_throughout` (tests/helpers.py), else its router matmuls round by the CPU's kernels."""
     return moe(family, head, seed, experts_implementation="eager").double().eval()
 
 
@@ -85,7 +90,40 @@ def test_a_native_depth_is_an_moe_layer_even_where_every_trunk_layer_is_dense():
 @pytest.mark.parametrize("family", list(MOE_FAMILIES))
 @pytest.mark.parametrize("head", ["deepseek_native", "parallel_native"])
 def test_changing_one_document_leaves_the_others_outputs_unchanged_through_the_experts(family, head):
+    # 1e-12 with the routers' float32 matmuls left in: both forwards have the same shapes, so every kernel (the
+    # float32 ones too) is the same in both, and document B's rows get the same inputs (bitwise) on any CPU.
     assert_documents_stay_apart(moe64(family, head), atol=1e-12, moved_above=1e-6)
+
+
+class Float32Ops(TorchDispatchMode):
+    """Records the ops that produce a float32 tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if any(isinstance(o, torch.Tensor) and o.dtype == torch.float32 for o in (out if isinstance(out, (tuple, list)) else [out])):
+            self.seen.add(str(func))
+        return out
+
+
+@pytest.mark.parametrize("family", list(MOE_FAMILIES))
+def test_float64_throughout_leaves_no_float32_op_in_a_float64_moe_model(family):
+    """What the exactness tests below rely on: under tests/helpers.py's float64_throughout no op of a full forward or
+    a cached pass of a float64 model makes float32 (transformers' RMSNorm, rotary and router casts, lab's rotary);
+    without it some do (the router's float32 matmul among them for glm4_moe and deepseek_v3)."""
+    from lab.decode_core.target import CachedModel
+
+    model = moe64(family, "parallel_native")
+    for mode, expected in ((float64_throughout, False), (contextlib.nullcontext, True)):
+        ops = Float32Ops()
+        with torch.no_grad(), mode(), ops:
+            model(packed())
+            CachedModel(model).forward([1, 2, 3])
+        assert bool(ops.seen) is expected, (family, sorted(ops.seen))
+        assert family == "qwen3_moe" or expected is ("aten.mm.default" in ops.seen)
 
 
 @pytest.mark.parametrize("family", list(MOE_FAMILIES))
@@ -119,6 +157,8 @@ def test_speculative_sampling_keeps_the_exact_law_with_moe_depth_modules(steps):
     config = {**MOE_FAMILIES["deepseek_v3"], "vocab_size": vocab, "hidden_size": 16, "moe_intermediate_size": 8,
               "experts_implementation": "eager"}
     model = build_model({"name": "hf", "config": config}, HEADS["deepseek_native"]).double().eval()
+    # Both laws are computed in float64 end to end (`exact_law` and `enumerated_law` run under float64_throughout):
+    # with the router's float32 matmul left in, cached passes and full forwards would differ by the CPU's kernels.
     expected = exact_law(model, prompt, 3, 1.0, vocab)
     law, runs, rejections = enumerated_law(
         lambda draws: generate(model, torch.tensor(prompt), 3, temperature=1.0, speculative=True, draft_steps=steps, draws=draws))

@@ -34,6 +34,7 @@ def test_load_statistics_of_a_hand_counted_load():
 def test_bias_update_moves_each_expert_by_gamma_against_its_load():
     bias = torch.tensor([0.1, 0.0, -0.2, 0.0])
     load = torch.tensor([5.0, 1.0, 2.0, 0.0])  # mean 2: overloaded, under, exactly average, under
+    # b + γ·sign: one float32 multiply by ±1 and one add, each correctly rounded (IEEE), so the same bits on any CPU
     torch.testing.assert_close(updated_bias(bias, load, 0.01), torch.tensor([0.09, 0.01, -0.2, 0.01]), rtol=0, atol=1e-9)
 
 
@@ -92,7 +93,7 @@ def test_balancing_a_hand_made_routing_through_a_real_router():
     loss.backward()
     assert router.weight.grad.abs().sum() > 0  # the loss trains the router
     balance.update_bias(batch)
-    torch.testing.assert_close(router.e_score_correction_bias, torch.tensor([-0.25, 0.25, -0.25, 0.25]), rtol=0, atol=0)
+    torch.testing.assert_close(router.e_score_correction_bias, torch.tensor([-0.25, 0.25, -0.25, 0.25]), rtol=0, atol=0)  # 0 ± 0.25: exact
     assert balance.tap.records == [] and not router._forward_hooks  # nothing kept, nothing hooked after the step
     # the bias changes the selection only: token 1 now picks {1, 3} (0.6 + 0.25, 0.4 + 0.25 beat 0.8 − 0.25), and its
     # gating weights are the raw affinities 0.6 and 0.4 (their sum is 1, so normalising keeps them)

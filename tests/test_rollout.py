@@ -26,6 +26,7 @@ def test_one_self_fed_step_is_teacher_forcing_exactly(tokens):
     batch = packed_batch(seed=2)
     loss_teacher, grads_teacher = loss_and_grads(deepseek(), batch)
     loss_self, grads_self = loss_and_grads(deepseek(rollout="self", rollout_steps=1, rollout_tokens=tokens), batch)
+    # Bitwise on any CPU: both run the same forward (lab/model/heads/deepseek/head.py) on the same shapes, so the same kernels.
     assert torch.equal(loss_teacher, loss_self)
     assert grads_teacher.keys() == grads_self.keys() and all(torch.equal(grads_teacher[n], grads_self[n]) for n in grads_teacher)
 
@@ -34,7 +35,7 @@ def test_three_steps_of_one_module_on_the_data_tokens_are_a_shared_depth_3_chain
     batch = packed_batch(seed=3)
     loss_shared, grads_shared = loss_and_grads(deepseek(depth=3, share_depth_weights=True), batch)
     loss_self, grads_self = loss_and_grads(deepseek(rollout="self", rollout_steps=3, rollout_tokens="data"), batch)
-    assert torch.equal(loss_shared, loss_self)
+    assert torch.equal(loss_shared, loss_self)  # bitwise: the same forward on the same shapes, as above
     assert all(torch.equal(grads_shared[n], grads_self[n]) for n in grads_shared)
 
 

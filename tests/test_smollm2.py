@@ -54,7 +54,7 @@ def test_the_converted_folder_gives_transformers_own_gguf_logits_and_a_second_lo
     tokens = torch.randint(0, theirs.config.vocab_size, (1, 24), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = theirs(tokens).logits  # [1, 24, V]
-        assert torch.equal(folder_model(tokens).logits, expected)  # the conversion changed no weight
+        assert torch.equal(folder_model(tokens).logits, expected)  # the conversion changed no weight (same class and input: same kernels)
     from tests.helpers import make_batch
 
     got = ours.next_token_logits(make_batch(tokens, torch.zeros_like(tokens)))  # the harness's packed-row mask: sdpa rounds alike

@@ -17,7 +17,7 @@ from lab.decode_core.target import CachedModel
 from lab.model.heads import head_config
 from lab.model.mtp import MTPModel
 from tests.head_cases import case, split, without
-from tests.helpers import committed_kv, horizon_sums, make_batch, model_config
+from tests.helpers import committed_kv, float64_throughout, horizon_sums, make_batch, model_config
 from tests.test_generate import chi_square_p_value
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: one intra-op thread
@@ -106,12 +106,14 @@ def test_greedy_speculative_stops_at_eos_and_budget():
 
 
 def exact_law(model, prompt: list[int], n: int, temperature: float, vocab: int) -> dict[tuple, float]:
-    """P(first n tokens) = Π p(x_i | prompt, x_<i) from no-cache full forwards."""
+    """P(first n tokens) = Π p(x_i | prompt, x_<i) from no-cache full forwards (float64 end to end for a float64 model:
+    `float64_throughout`, as `tests.test_decode_law.enumerated_law` runs the decoder it is compared with to 1e-12)."""
     law = {}
     for continuation in itertools.product(range(vocab), repeat=n):
         probability, sequence = 1.0, list(prompt)
         for token in continuation:
-            logits = model.next_token_logits(make_batch([sequence], [[0] * len(sequence)]))[0, -1]
+            with float64_throughout():
+                logits = model.next_token_logits(make_batch([sequence], [[0] * len(sequence)]))[0, -1]
             probability *= (logits.double() / temperature).softmax(-1)[token].item()
             sequence.append(token)
         law[continuation] = probability
@@ -268,7 +270,8 @@ def test_committed_caches_equal_a_plain_decode_of_the_committed_tokens(head):
             mine = decoder.state.caches.caches[key]
             assert mine.committed == cache.committed == len(committed)
             for (k1, v1), (k2, v2) in zip(committed_kv(mine), committed_kv(cache)):
-                # Equal up to BLAS summation order (a 1-row and an n-row product differ by ~1e-15).
+                # Equal up to BLAS summation order (a 1-row and an n-row product differ by ~1e-15): float64 but for the
+                # rotary cos/sin, float32 and elementwise from integer positions, so the same bits on both paths.
                 torch.testing.assert_close(k1, k2, atol=1e-12, rtol=0)
                 torch.testing.assert_close(v1, v2, atol=1e-12, rtol=0)
 

@@ -6,15 +6,23 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import math
 import statistics
 from pathlib import Path
 
 from analysis.result_records import RecordError
+from lab.report.noise import SE_MULTIPLE
 from lab.tracking.numerics import code_version
 
 COMMAND = "lab-train experiment=quick_ablation"
 ORDER = ("ntp", "deepseek", "parallel", "causal", "anticausal", "linear")
-COLUMNS = ["architecture", "val loss (nats), mean ± sd", "vs ntp", "seeds", "parameters", "training FLOPs / token"]
+COLUMNS = ["architecture", "val loss (nats), mean ± sd", "vs ntp (noise floor)", "seeds", "parameters", "training FLOPs / token"]
+
+
+def pooled_sd(groups: list[list[float]]) -> float:
+    """The sample sd over seeds pooled across groups of ≥ 2 (the report's noise floor, lab/report/noise.py)."""
+    groups = [g for g in groups if len(g) >= 2]
+    return math.sqrt(sum(statistics.variance(g) * (len(g) - 1) for g in groups) / sum(len(g) - 1 for g in groups))
 
 
 def read_jobs(sweep_dir: Path) -> list[dict]:
@@ -28,6 +36,7 @@ def read_jobs(sweep_dir: Path) -> list[dict]:
     for job in jobs:
         run = json.loads((sweep_dir / job["run_dir"] / "run.json").read_text())
         job["numerics"] = run.get("numerics") or {}
+        job["git_commit"] = run.get("git_commit")
     return jobs
 
 
@@ -36,13 +45,16 @@ def main_job_rows(jobs: list[dict]) -> list[list[str]]:
     for job in jobs:
         by_head.setdefault(job["head"], []).append(job)
     base = statistics.fmean(float(j["val/loss"]) for j in by_head["ntp"])
+    sd = pooled_sd([[float(j["val/loss"]) for j in group] for group in by_head.values()])
     rows = []
     for head in sorted(by_head, key=lambda h: ORDER.index(h) if h in ORDER else len(ORDER)):
         losses = [float(j["val/loss"]) for j in by_head[head]]
         mean = statistics.fmean(losses)
-        sd = statistics.stdev(losses) if len(losses) > 1 else float("nan")
+        spread = statistics.stdev(losses) if len(losses) > 1 else float("nan")
         first = by_head[head][0]
-        rows.append([f"`{head}`", f"{mean:.4f} ± {sd:.4f}", "—" if head == "ntp" else f"{mean - base:+.4f}", str(len(losses)),
+        floor = SE_MULTIPLE * sd * math.sqrt(1 / len(losses) + 1 / len(by_head["ntp"]))  # lab/report/noise.py's rule
+        versus = "—" if head == "ntp" else f"{mean - base:+.4f} ({'clears' if abs(mean - base) > floor else 'a tie: inside'} {floor:.3f})"
+        rows.append([f"`{head}`", f"{mean:.4f} ± {spread:.4f}", versus, str(len(losses)),
                      f"{float(first['params_total']) / 1e6:.3f} M", f"{float(first['train_flops_per_token']) / 1e6:.2f} M"])
     return rows
 
@@ -54,7 +66,7 @@ def write_main_job_record(sweep_dir: Path, results: Path) -> Path:
         raise RecordError(f"{sweep_dir}: its jobs computed under {len(fingerprints)} numerics fingerprints; a record needs one")
     record = {
         "id": "main_job", "title": "The main job: final validation next-token loss after 240 steps, 2 seeds",
-        "command": COMMAND, "commit": code_version(Path(__file__).parent), "date": datetime.date.today().isoformat(),
+        "command": COMMAND, "commit": jobs[0]["git_commit"] or code_version(Path(__file__).parent), "date": datetime.date.today().isoformat(),
         "machine": jobs[0]["numerics"], "provenance": "measured (python -m analysis.results --record-main-job)",
         "columns": COLUMNS, "rows": main_job_rows(jobs),
         "jobs": [{"overrides": job["overrides"], "val/loss": job["val/loss"], "run_time_s": job["run_time_s"]} for job in jobs],

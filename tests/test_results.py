@@ -34,9 +34,10 @@ def test_the_main_job_rows_are_means_and_sample_sds_over_seeds():
     jobs = [{"head": head, "val/loss": loss, "params_total": "690000", "train_flops_per_token": "5010000"}
             for head, loss in [("ntp", "2.70"), ("ntp", "2.80"), ("linear", "3.00"), ("linear", "3.20")]]
     rows = main_job_rows(jobs)
-    # ntp: mean 2.75, sd √((0.05² + 0.05²)/1) = 0.0707; linear: mean 3.10, sd 0.1414, +0.35 to ntp
+    # ntp: mean 2.75, sd √((0.05² + 0.05²)/1) = 0.0707; linear: mean 3.10, sd 0.1414, +0.35 to ntp; pooled sd
+    # √((0.005 + 0.02)/2) = 0.1118, floor 2·0.1118·√(1/2 + 1/2) = 0.2236 < 0.35
     assert rows[0][:4] == ["`ntp`", "2.7500 ± 0.0707", "—", "2"]
-    assert rows[1][:4] == ["`linear`", "3.1000 ± 0.1414", "+0.3500", "2"]
+    assert rows[1][:4] == ["`linear`", "3.1000 ± 0.1414", "+0.3500 (clears 0.224)", "2"]
 
 
 def record(**changes) -> dict:

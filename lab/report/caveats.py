@@ -95,14 +95,14 @@ def collapsed_heads(variants: list[Variant]) -> list[str]:
             continue
         top = {k: v.stat(f"val/top_token/h{k}")[0] for k in collapsed}
         named = ", ".join(f"h{k} (id {'?' if top[k] is None else round(top[k])}, {shares[k]:.0%} of its rows)" for k in collapsed)
-        subject = "every horizon predicts one token" if len(collapsed) == v.max_k else (
-            f"horizon{'s' if len(collapsed) > 1 else ''} predict{'' if len(collapsed) > 1 else 's'} one token")
+        subject = (f"{len(collapsed)} of {v.max_k} horizons each predict one id in most rows" if len(collapsed) > 1
+                   else f"1 of {v.max_k} horizons predicts one id in most rows")
         inflated = [f"{name} {v.cell(metric, 2)}" for name, metric in (("tokens/forward", "decode/tokens_per_forward"),
                     ("speedup", "decode/speedup"), ("est tokens/forward", "val/est_tokens_per_forward")) if v.stat(metric)[0] is not None]
         out.append(f"**Warning:** {v.label}: {subject}: {named} (test: one id in ≥ {COLLAPSED_SHARE:.0%} of a horizon's rows; "
                    f"shares h1..h{v.max_k}: " + ", ".join("—" if x is None else f"{x:.2f}" for x in shares.values()) + "). "
                    + (f"Its acceptance and decoding numbers ({'; '.join(inflated)}) count" if inflated else "Its acceptance counts")
-                   + " drafts of that token: not what its heads would give on real text.")
+                   + " drafts of those ids: not what its heads would give on real text.")
     return out
 
 

@@ -87,18 +87,23 @@ def test_the_more_rows_recipe_runs_alone_and_the_sweep_keeps_its_size():
     assert {(cfg.head.n_layers, cfg.data.max_docs) for cfg in preset_jobs().values()} == {(1, 11)}  # the sweep's jobs as before
 
 
-def test_the_objectives_at_the_more_rows_budget_differ_from_that_recipe_only_in_their_target():
+def checked_variants(*variants: str) -> dict:
+    """{variant: its composed config}, each through every start-up check lab-train runs."""
     from lab.config.preflight import check_single_run
 
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        jobs = {variant: compose("train", overrides=["experiment=smollm2_heads", f"variant={variant}", "paths.output_dir=/tmp/unused"],
+                                 return_hydra_config=True) for variant in variants}
+    for cfg in jobs.values():
+        check_single_run(cfg)
+    return jobs
+
+
+def test_the_objectives_at_the_more_rows_budget_differ_from_that_recipe_only_in_their_target():
     sweep = sweep_variants()
     budget = lambda cfg: (cfg.head.name, cfg.head.k, cfg.head.n_layers, cfg.train_rows.source, cfg.data.max_docs,  # noqa: E731
                           cfg.trainer.max_steps, cfg.optim.head_lr_multiplier, cfg.objective.truncate)
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        jobs = {variant: compose("train", overrides=["experiment=smollm2_heads", f"variant={variant}", "paths.output_dir=/tmp/unused"],
-                                 return_hydra_config=True)
-                for variant in ("medusa_more_rows", "medusa_lk_more_rows", "medusa_lk_hybrid_more_rows")}
-        for cfg in jobs.values():
-            check_single_run(cfg)
+    jobs = checked_variants("medusa_more_rows", "medusa_lk_more_rows", "medusa_lk_hybrid_more_rows")
     assert {variant: cfg.objective.target for variant, cfg in jobs.items()} == {
         "medusa_more_rows": "distill", "medusa_lk_more_rows": "lk", "medusa_lk_hybrid_more_rows": "lk_hybrid"}
     assert len({budget(cfg) for cfg in jobs.values()}) == 1  # same rows, blocks, steps and learning rate: only the loss moves
@@ -152,14 +157,7 @@ def test_the_data_curve_variants_train_one_epoch_of_nested_rows_on_one_validatio
 def test_deepseek_at_the_more_rows_budget_differs_from_medusas_recipe_in_its_head_and_its_rollout_only():
     """deepseek_more_rows / deepseek_self3_more_rows: medusa_more_rows' rows, cache and steps; one depth, teacher-forced
     or fed its own drafts for three steps; both pass every start-up check and stay out of the sweep."""
-    from lab.config.preflight import check_single_run
-
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        jobs = {variant: compose("train", overrides=["experiment=smollm2_heads", f"variant={variant}", "paths.output_dir=/tmp/unused"],
-                                 return_hydra_config=True)
-                for variant in ("medusa_more_rows", "deepseek_more_rows", "deepseek_self3_more_rows")}
-        for cfg in jobs.values():
-            check_single_run(cfg)
+    jobs = checked_variants("medusa_more_rows", "deepseek_more_rows", "deepseek_self3_more_rows")
     rows = lambda cfg: (cfg.train_rows.source, cfg.data.max_docs, cfg.trainer.max_steps, cfg.hidden_cache)  # noqa: E731
     assert len({rows(cfg) for cfg in jobs.values()}) == 1 and rows(jobs["deepseek_more_rows"]) == ("generated", 66, 1000, True)
     assert {variant: (cfg.head.name, cfg.head.depth, cfg.head.rollout, cfg.head.rollout_steps) for variant, cfg in jobs.items()

@@ -127,7 +127,7 @@ def collapse(sweep: Path, shares: dict[int, float], tops: dict[int, float]) -> N
 def test_heads_that_all_predict_one_token_are_flagged(tmp_path):
     sweep = sweep_of(tmp_path, ["ntp", "parallel"])
     collapse(sweep, {k: 0.9 for k in range(1, 5)}, {k: 32.0 for k in range(1, 5)})
-    (warning,) = [line for line in findings_of(sweep) if "one id in most rows" in line]
+    (warning,) = [line for line in findings_of(sweep) if line.startswith("**Warning:**") and "one id in most rows" in line]
     assert warning.startswith("**Warning:** head=parallel: 4 of 4 horizons each predict one id in most rows: h1 (id 32, 90% of "
                               "its rows), h2 (id 32, 90% of its rows)")
     assert "shares h1..h4: 0.90, 0.90, 0.90, 0.90" in warning
@@ -139,7 +139,7 @@ def test_one_collapsed_horizon_is_named_with_the_speedup_it_inflates(tmp_path):
     collapse(sweep, {1: 0.30, 2: 0.35, 3: 0.40, 4: 0.97}, {1: 10.0, 2: 11.0, 3: 12.0, 4: 32.0})
     edit_runs(sweep, lambda p: p["final_metrics"].update({"decode/tokens_per_forward": 3.01, "decode/speedup": 1.51})
               if p["manifest"]["head"] == "parallel" else None)
-    (warning,) = [line for line in findings_of(sweep) if "one id in most rows" in line]
+    (warning,) = [line for line in findings_of(sweep) if line.startswith("**Warning:**") and "one id in most rows" in line]
     assert warning.startswith("**Warning:** head=parallel: 1 of 4 horizons predicts one id in most rows: h4 (id 32, 97% of its rows)")
     assert "tokens/forward 3.01 ± 0.00; speedup 1.51 ± 0.00" in warning
     collapse(sweep, {4: 0.45}, {})
@@ -207,3 +207,15 @@ def test_jobs_computed_under_different_numerics_are_named(tmp_path):
     assert "(threads differ)" in note and "1 thread ·" in note and "2 threads ·" in note
     edit_runs(sweep, lambda payload: payload.update(numerics=fingerprint))
     assert not any("different numerics" in line for line in findings_of(sweep))
+
+
+def test_the_fastest_decoder_headline_names_its_collapsed_horizons(tmp_path):
+    sweep = sweep_of(tmp_path, ["ntp", "parallel", "deepseek"])
+    edit_runs(sweep, lambda p: p["final_metrics"].update({"decode/speedup": 1.51 if p["manifest"]["head"] == "parallel" else 1.1})
+              if p["manifest"]["head"] != "ntp" else None)
+    collapse(sweep, {1: 0.30, 2: 0.35, 3: 0.40, 4: 0.97}, {4: 32.0})
+    (headline,) = [line for line in findings_of(sweep) if line.startswith("Fastest speculative decoding")]
+    assert "**head=parallel**" in headline and "but its horizon h4 predict one id in most rows" in headline
+    collapse(sweep, {4: 0.30}, {})
+    (headline,) = [line for line in findings_of(sweep) if line.startswith("Fastest speculative decoding")]
+    assert "predict one id" not in headline

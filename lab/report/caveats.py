@@ -85,13 +85,19 @@ def degenerate_agreement(variants: list[Variant]) -> list[str]:
     return out
 
 
+def collapsed_horizons(v: Variant) -> list[int]:
+    """The horizons of `v` that predict one id in ≥ COLLAPSED_SHARE of their validation rows."""
+    shares = {k: v.stat(f"val/top_token_share/h{k}")[0] for k in range(1, v.max_k + 1)}
+    return [k for k, share in shares.items() if share is not None and share >= COLLAPSED_SHARE] if v.max_k >= 2 else []
+
+
 def collapsed_heads(variants: list[Variant]) -> list[str]:
     """Each horizon that predicts one id in ≥ COLLAPSED_SHARE of its rows, named with the numbers it inflates."""
     out = []
     for v in variants:
         shares = {k: v.stat(f"val/top_token_share/h{k}")[0] for k in range(1, v.max_k + 1)}
-        collapsed = [k for k, share in shares.items() if share is not None and share >= COLLAPSED_SHARE]
-        if v.max_k < 2 or not collapsed:
+        collapsed = collapsed_horizons(v)
+        if not collapsed:
             continue
         top = {k: v.stat(f"val/top_token/h{k}")[0] for k in collapsed}
         named = ", ".join(f"h{k} (id {'?' if top[k] is None else round(top[k])}, {shares[k]:.0%} of its rows)" for k in collapsed)

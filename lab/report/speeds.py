@@ -16,6 +16,7 @@ A contended wall time measures the machine, not the variant. So:
 from __future__ import annotations
 
 from lab.report.records import finite
+from lab.report.caveats import collapsed_horizons
 from lab.report.table import Variant
 from lab.tracking.timing import RULE
 
@@ -124,5 +125,8 @@ def fastest_decoding_finding(variants: list[Variant]) -> list[str]:
     if not clean:
         return [f"No variant is ranked by decoding speed: every measured speedup ({', '.join(skipped)}) was taken under contention."] if skipped else []
     best = max(clean, key=lambda v: v.stat("decode/speedup")[0])
+    collapsed = collapsed_horizons(best)
+    caveat = (f"; but its horizon{'s' if len(collapsed) > 1 else ''} {', '.join(f'h{k}' for k in collapsed)} predict one id in "
+              "most rows (warning below): the speedup counts drafts of it" if collapsed else "")
     return [f"Fastest speculative decoding measured without contention: **{best.label}** (paired median speedup "
-            f"{speedup_cell(best)}){left_out}."]
+            f"{speedup_cell(best)}{caveat}){left_out}."]

@@ -15,7 +15,6 @@ from lab.report.noise import SE_MULTIPLE
 from lab.tracking.numerics import code_version
 
 COMMAND = "lab-train experiment=quick_ablation"
-ORDER = ("ntp", "deepseek", "parallel", "causal", "anticausal", "linear")
 COLUMNS = ["architecture", "val loss (nats), mean ± sd", "vs ntp (noise floor)", "seeds", "parameters", "training FLOPs / token"]
 
 
@@ -37,24 +36,25 @@ def read_jobs(sweep_dir: Path) -> list[dict]:
         run = json.loads((sweep_dir / job["run_dir"] / "run.json").read_text())
         job["numerics"] = run.get("numerics") or {}
         job["git_commit"] = run.get("git_commit")
+        job["baseline"] = bool((run.get("head_traits") or {}).get("baseline"))  # the next-token baseline (ntp)
     return jobs
 
 
 def main_job_rows(jobs: list[dict]) -> list[list[str]]:
+    """One row per head: the baseline first, then by mean loss; each gap to the baseline against the noise floor."""
     by_head: dict[str, list[dict]] = {}
     for job in jobs:
         by_head.setdefault(job["head"], []).append(job)
-    base = statistics.fmean(float(j["val/loss"]) for j in by_head["ntp"])
-    sd = pooled_sd([[float(j["val/loss"]) for j in group] for group in by_head.values()])
+    losses = {head: [float(j["val/loss"]) for j in group] for head, group in by_head.items()}
+    baseline = next(head for head, group in by_head.items() if group[0]["baseline"])
+    base, sd = statistics.fmean(losses[baseline]), pooled_sd(list(losses.values()))
     rows = []
-    for head in sorted(by_head, key=lambda h: ORDER.index(h) if h in ORDER else len(ORDER)):
-        losses = [float(j["val/loss"]) for j in by_head[head]]
-        mean = statistics.fmean(losses)
-        spread = statistics.stdev(losses) if len(losses) > 1 else float("nan")
-        first = by_head[head][0]
-        floor = SE_MULTIPLE * sd * math.sqrt(1 / len(losses) + 1 / len(by_head["ntp"]))  # lab/report/noise.py's rule
-        versus = "—" if head == "ntp" else f"{mean - base:+.4f} ({'clears' if abs(mean - base) > floor else 'a tie: inside'} {floor:.3f})"
-        rows.append([f"`{head}`", f"{mean:.4f} ± {spread:.4f}", versus, str(len(losses)),
+    for head in sorted(by_head, key=lambda h: (h != baseline, statistics.fmean(losses[h]))):
+        mean, first = statistics.fmean(losses[head]), by_head[head][0]
+        spread = statistics.stdev(losses[head]) if len(losses[head]) > 1 else float("nan")
+        floor = SE_MULTIPLE * sd * math.sqrt(1 / len(losses[head]) + 1 / len(losses[baseline]))  # lab/report/noise.py's rule
+        versus = "—" if head == baseline else f"{mean - base:+.4f} ({'clears' if abs(mean - base) > floor else 'a tie: inside'} {floor:.3f})"
+        rows.append([f"`{head}`", f"{mean:.4f} ± {spread:.4f}", versus, str(len(losses[head])),
                      f"{float(first['params_total']) / 1e6:.3f} M", f"{float(first['train_flops_per_token']) / 1e6:.2f} M"])
     return rows
 

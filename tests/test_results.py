@@ -31,8 +31,8 @@ def test_the_reports_one_seed_floor_is_the_recorded_spread():
 
 
 def test_the_main_job_rows_are_means_and_sample_sds_over_seeds():
-    jobs = [{"head": head, "val/loss": loss, "params_total": "690000", "train_flops_per_token": "5010000"}
-            for head, loss in [("ntp", "2.70"), ("ntp", "2.80"), ("linear", "3.00"), ("linear", "3.20")]]
+    jobs = [{"head": head, "val/loss": loss, "params_total": "690000", "train_flops_per_token": "5010000", "baseline": head == "ntp"}
+            for head, loss in [("linear", "3.00"), ("ntp", "2.70"), ("ntp", "2.80"), ("linear", "3.20")]]
     rows = main_job_rows(jobs)
     # ntp: mean 2.75, sd √((0.05² + 0.05²)/1) = 0.0707; linear: mean 3.10, sd 0.1414, +0.35 to ntp; pooled sd
     # √((0.005 + 0.02)/2) = 0.1118, floor 2·0.1118·√(1/2 + 1/2) = 0.2236 < 0.35

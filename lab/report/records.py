@@ -361,8 +361,15 @@ def synthesized_overrides(record: dict) -> list[str]:
     return out
 
 
+def sweep_job_number(run: dict) -> float:
+    """The job's number in its sweep, from its logged run_dir (`<sweep>/3-head:parallel+k:4`); jobs side by side start in
+    any order, so creation time does not give it (inf when the run logged no such folder)."""
+    found = re.match(r"(\d+)-", Path(str((run.get("config") or {}).get("run_dir") or "")).name)
+    return int(found.group(1)) if found else math.inf
+
+
 def sweep_from_wandb_runs(runs: list[dict], source: str, name: str) -> Sweep:
     """Plain wandb runs of one group → a Sweep; the report run itself (job_type 'report') is left out."""
     jobs = [run for run in runs if run.get("job_type") != "report"]
-    jobs.sort(key=lambda run: (str(run.get("created_at") or ""), str(run.get("name") or ""), str(run.get("id") or "")))
+    jobs.sort(key=lambda run: (sweep_job_number(run), str(run.get("created_at") or ""), str(run.get("name") or ""), str(run.get("id") or "")))
     return Sweep(name=name, source=source, records=[record_from_wandb(run, index) for index, run in enumerate(jobs)])

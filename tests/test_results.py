@@ -53,9 +53,24 @@ def checkout(tmp_path: Path, demo: dict) -> Path:
     return tmp_path
 
 
-def run_results(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis.results", "--root", str(root), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+def run_results(root: Path, *args: str, in_a_process: bool = False) -> subprocess.CompletedProcess:
+    """`python -m analysis.results --root ROOT ARGS`: in this process (its `main`, stdout/stderr captured), or as a real
+    process (one case per kind, for what only a process shows)."""
+    argv = ["--root", str(root), *args]
+    if in_a_process:
+        return subprocess.run([sys.executable, "-m", "analysis.results", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    import contextlib
+    import io
+
+    from analysis.results import main
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as stop:
+            code = int(stop.code or 0)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def test_a_table_is_rewritten_from_its_record_and_then_checks_clean(tmp_path):
@@ -76,7 +91,7 @@ def test_a_table_is_rewritten_from_its_record_and_then_checks_clean(tmp_path):
 def test_a_bad_record_is_refused_in_one_line_naming_its_file_and_nothing_is_rewritten(tmp_path, demo, said):
     root = checkout(tmp_path, demo)
     before = (root / "README.md").read_text()
-    out = run_results(root)
+    out = run_results(root, in_a_process="composes" in said)
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert out.stderr.startswith(f"error: {root / 'results' / 'demo.json'}: ") and said in out.stderr
     assert (root / "README.md").read_text() == before

@@ -50,6 +50,7 @@ def sweep_overrides() -> list[str]:
         *tiny, *FIXED_DECODING, f"trainer.max_steps={STEPS}", f"trainer.val_check_interval={VAL_EVERY}",
         f"callbacks.checkpoint.every_n_train_steps={EVERY}", "+callbacks.chaos._target_=tests.chaos_hooks.KillAt",
         "seed=0,1,2",
+        "hydra/launcher=basic",  # the kills below end the sweep's own process: its jobs run in it, one after another
     ]
 
 

@@ -36,6 +36,7 @@ def test_lab_resume_finishes_a_sweep_with_one_killed_job(tmp_path, cache_dir):
         "-m", *tiny, "head=linear,parallel", "head.k=2", f"trainer.max_steps={STEPS}", f"callbacks.checkpoint.every_n_train_steps={KILL_AT}",
         "+callbacks.stall._target_=tests.test_resume_sweep.StallOnce", f"+callbacks.stall.step={KILL_AT}",
         f"+callbacks.stall.marker={marker}", "+callbacks.stall.head=parallel", f"hydra.sweep.dir={sweep}",
+        "hydra/launcher=basic",  # the session killed below runs its jobs in its own process, one after another
     ]
     process = start_lab_train(*overrides, cache_dir=cache_dir, cwd=tmp_path)
     try:

@@ -190,7 +190,7 @@ def test_with_one_seed_the_floor_is_the_recorded_cross_machine_spread(tmp_path):
     assert 0.01 < ONE_SEED_SPREAD < 0.1
     set_losses(sweep, {("ntp", 0): 3.00, ("parallel", 0): 3.01, ("deepseek", 0): 3.10})
     found = findings_of(sweep)
-    assert any(line.startswith(f"Noise floor: one seed per variant") and f"{ONE_SEED_SPREAD:.4f} nats" in line for line in found), found
+    assert any(line.startswith("Noise floor: one seed per variant") and f"{ONE_SEED_SPREAD:.4f} nats" in line for line in found), found
     (difference,) = [line for line in found if line.startswith("Difference to the baseline")]
     assert "head=parallel +0.0100 (a tie)" in difference and "head=deepseek +0.1000 (negative" in difference
 

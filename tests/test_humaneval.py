@@ -46,6 +46,38 @@ def test_the_reference_solution_passes_and_an_empty_body_fails(index):
     assert not run_sandboxed(program(problem, "    pass\n")).passed
 
 
+def test_a_correct_completion_is_counted_through_evaluate(monkeypatch):
+    """evaluate() end to end with real problems and the real sandbox; only decoding is replaced, by a "model" that
+    writes the reference solution for HumanEval/0 and /2 and a wrong body for /1: pass@1 is 2/3, not the toy's 0."""
+    from types import SimpleNamespace
+
+    from lab.eval import evaluate as evaluation
+
+    class Characters:  # one token per character: every prompt encodes exactly
+        eos_id = None
+
+        def encode(self, text):
+            return [ord(c) for c in text]
+
+        def decode(self, ids):
+            return "".join(map(chr, ids))
+
+    problems, solutions = load_problems(3), canonical()
+    answers = [solutions[problems[0].task_id], "    return []\n", solutions[problems[2].task_id]]
+
+    def complete(model, ids, settings, index, stop, eos, speculative):
+        tokens = Characters().encode(answers[index])
+        return [SimpleNamespace(tokens=tokens, stats={"emitted": len(tokens), "target_forwards": len(tokens)})]
+
+    monkeypatch.setattr(evaluation, "complete", complete)
+    model = SimpleNamespace(eval=lambda: None)
+    rows, summary = evaluation.evaluate(model, Characters(), evaluation.EvalSettings(limit=3, wall_s=5.0), log=lambda line: None)
+    assert [r["passed"] for r in rows] == [[True], [False], [True]] and [r["correct"] for r in rows] == [1, 0, 1]
+    assert rows[0]["reasons"] == ["passed"] and rows[1]["reasons"][0].startswith("AssertionError")
+    assert summary["pass@1"] == pytest.approx(2 / 3) and summary["problems"] == 3
+    assert summary["sandbox_network"] == "isolated" or summary["sandbox_network"].startswith("shared: ")
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, cache_dir):
     root = tmp_path_factory.mktemp("eval")
@@ -70,6 +102,7 @@ def test_lab_eval_scores_a_toy_run_and_records_it(run_dir):
     (["--task", "mbpp"], "--task: unknown 'mbpp'; allowed: humaneval"),
     (["--samples", "2", "--temperature", "0.8", "--k", "1,10"], "--k: each k must be in [1, --samples=2]"),
     (["--samples", "3"], "--samples: greedy decoding"),
+    (["--seed", "3"], "--seed: greedy decoding (--temperature 0) draws nothing, so a seed changes nothing"),
 ])
 def test_bad_eval_input_is_one_line_exit_2_and_writes_nothing(run_dir, args, message):
     before = (run_dir / "run.json").read_text()
@@ -129,6 +162,7 @@ def test_bad_end_of_run_evaluation_settings_stop_the_run_before_its_folder_exist
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # 25–50 s of one worker (tests/README.md)
 def test_a_run_whose_tokenizer_cannot_encode_the_prompts_is_one_line_and_nothing_written(tmp_path, cache_dir):
     run = tmp_path / "run"
     synthetic = [o for o in TINY if not o.startswith(("data.max_docs", "data.seq_len"))]

@@ -53,6 +53,9 @@ def check_settings(settings: EvalSettings, prefix: str = "--") -> None:
         raise ConfigError(name("temperature"), f"must be ≥ 0, got {settings.temperature}")
     if settings.temperature == 0 and settings.samples > 1:
         raise ConfigError(name("samples"), f"greedy decoding ({name('temperature')} 0) writes one completion; sample with a temperature > 0")
+    if settings.temperature == 0 and settings.seed != EvalSettings.seed:
+        raise ConfigError(name("seed"), f"greedy decoding ({name('temperature')} 0) draws nothing, so a seed changes nothing; "
+                                        f"sample with a temperature > 0 or leave the seed at {EvalSettings.seed}")
     if settings.paired and not (settings.speculative and settings.temperature == 0):
         raise ConfigError(name("paired"), "compares speculative with plain greedy completions: it needs speculative and temperature 0")
     if settings.max_new_tokens < 1:
@@ -144,7 +147,7 @@ def evaluate(model, tokenizer, settings: EvalSettings, log=None) -> tuple[list[d
     prompts = encode_prompts(tokenizer, problems)
     stop, eos, limits = stop_at_sequences(tokenizer), tokenizer.eos_id, Limits(wall_s=settings.wall_s)
     meter, plain_meter, speedups = Meter(), Meter(), []
-    rows, sandbox_s, begin = [], 0.0, time.perf_counter()
+    rows, sandbox_s, begin, networks = [], 0.0, time.perf_counter(), set()
     model.eval()
     for index, (problem, ids) in enumerate(zip(problems, prompts)):
         generations = meter.measure(lambda: complete(model, ids, settings, index, stop, eos, settings.speculative))
@@ -152,6 +155,7 @@ def evaluate(model, tokenizer, settings: EvalSettings, log=None) -> tuple[list[d
         start = time.perf_counter()
         verdicts = [run_sandboxed(program(problem, c), limits) for c in completions]
         sandbox_s += time.perf_counter() - start
+        networks.update(v.network for v in verdicts)  # "isolated", or "shared: why" where the kernel refused a namespace
         row = {"task_id": problem.task_id, "n": settings.samples, "correct": sum(v.passed for v in verdicts), "completions": completions,
                "passed": [v.passed for v in verdicts], "reasons": [v.reason for v in verdicts]}
         if settings.paired:
@@ -161,7 +165,8 @@ def evaluate(model, tokenizer, settings: EvalSettings, log=None) -> tuple[list[d
         log(f"{problem.task_id}: {row['correct']}/{settings.samples} passed ({verdicts[0].reason})")
     summary = {**asdict(settings), "ks": list(settings.ks), "problems": len(problems),
                **{f"pass@{k}": sum(pass_at_k(r["n"], r["correct"], k) for r in rows) / len(rows) for k in settings.ks},
-               **meter.summary(), "sandbox_s": sandbox_s, "seconds": time.perf_counter() - begin}
+               **meter.summary(), "sandbox_s": sandbox_s, "sandbox_network": ", ".join(sorted(networks)),
+               "seconds": time.perf_counter() - begin}
     if settings.paired:
         summary |= {"plain_pass@1": sum(r["plain_passed"] for r in rows) / len(rows),
                     "differing_completions": sum(r["plain_completion"] != r["completions"][0] for r in rows),

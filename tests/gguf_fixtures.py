@@ -24,8 +24,9 @@ def tokenizer_parts(vocab_size: int = 300) -> tuple[list[str], list[str]]:
     return [("<|endoftext|>" if token == "<|pad|>" else token) for token in tokens], merges
 
 
-def write_llama_gguf(path: Path, *, architecture: str = "llama", qtype: str = "F32", seed: int = 0) -> Path:
-    """A 2-layer Llama GGUF with random weights; `qtype` names the storage type of the 2-D weights."""
+def write_llama_gguf(path: Path, *, architecture: str = "llama", qtype: str = "F32", seed: int = 0, edit=None) -> Path:
+    """A 2-layer Llama GGUF with random weights; `qtype` names the storage type of the 2-D weights;
+    `edit(name, values)` returns the float32 values to store for a tensor (a damage)."""
     import gguf
 
     tokens, merges = tokenizer_parts()
@@ -59,6 +60,8 @@ def write_llama_gguf(path: Path, *, architecture: str = "llama", qtype: str = "F
                    f"blk.{layer}.ffn_down.weight": (D_MODEL, FFN)}
     for name, shape in shapes.items():
         values = (1.0 + 0.1 * rng.standard_normal(shape) if len(shape) == 1 else 0.2 * rng.standard_normal(shape)).astype(np.float32)
+        if edit is not None:
+            values = edit(name, values)
         if len(shape) == 2 and qtype != "F32":
             kind = gguf.GGMLQuantizationType[qtype]
             block, size = gguf.GGML_QUANT_SIZES[kind]

@@ -1,4 +1,4 @@
-"""One weight check on every path that loads weights (lab/checkpoint/weight_check.py) and one line for every damaged
+"""One weight check on every path that loads weights (lab/model/weight_check.py; every kind × path: test_weight_paths.py) and one line for every damaged
 release (issue 56): each damage below, on each path, ends with one `error:` line naming what is wrong, exit 2.
 
 Damages of a checkpoint (its content digest removed, as in a checkpoint from before digests or an edited one):

@@ -21,7 +21,7 @@ import torch
 
 from lab.checkpoint.base_model import with_base_weights
 from lab.checkpoint.manifest import alias_key_groups, compare_manifests
-from lab.checkpoint.weight_check import check_weights
+from lab.model.weight_check import check_weights
 from lab.errors import ConfigError
 
 # ---------------------------------------------------------------------- safe loading

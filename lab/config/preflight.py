@@ -253,9 +253,9 @@ def check_single_run(cfg: DictConfig) -> None:
     resuming = cfg.ckpt_path == "last" and OmegaConf.select(cfg, "hydra.run.dir") is not None
     check_config(cfg, noted_unused_settings(Path(str(cfg.hydra.run.dir))) if resuming else frozenset())
     if cfg.get("init_from"):
-        from lab.release.init_from import parent_files
+        from lab.release.init_from import check_parent
 
-        parent_files(str(cfg.init_from))  # a missing parent: one line now (its vocabulary is checked at build)
+        check_parent(str(cfg.init_from))  # a missing or damaged parent: one line now (its vocabulary is checked at build)
     if cfg.ckpt_path not in (None, "last"):
         from lab.checkpoint import load_checkpoint
 

@@ -9,7 +9,8 @@ once, and a failed conversion leaves nothing behind.
 
 What can be checked without converting (the file is a GGUF, its architecture is one transformers
 maps, every tensor's quantisation is one the `gguf` package dequantises, the cache is writable) is
-checked by `check_gguf_source`, before a run folder exists.
+checked by `check_gguf_source`, before a run folder exists; the dequantised tensors get the weight check
+(lab/model/weight_check.py: no NaN / inf) before the cache holds them, and the cached folder gets it on every load.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from lab.errors import ConfigError, require
 from lab.model.file_hash import sha256_of_file
+from lab.model.weight_check import check_weights
 
 GGUF_SUFFIX = ".gguf"
 CACHE_ENV = "MTP_LAB_CACHE"  # the project's cache root (data caches too); GGUF folders go in its gguf/ subfolder
@@ -116,9 +118,10 @@ def check_quantisations(reader, file: Path, field: str) -> None:
         block_bytes = GGML_QUANT_SIZES[qtype][1]
         try:
             dequantize(np.zeros(block_bytes, dtype=np.uint8), qtype)
-        except NotImplementedError:
-            raise ConfigError(field, f"{file} stores tensors as {qtype.name}, which the gguf package cannot dequantise; "
-                                     "give a GGUF in F32, F16, BF16 or a Q4/Q5/Q6/Q8_0/K-quant format") from None
+        except NotImplementedError:  # I8 among them: integers without scales
+            first = next(tensor.name for tensor in reader.tensors if tensor.tensor_type == qtype)
+            raise ConfigError(field, f"{file} stores tensors as {qtype.name}, which the gguf package cannot dequantise (tensor {first} "
+                                     "first); give a GGUF in F32, F16, BF16 or a Q4/Q5/Q6/Q8_0/K-quant format") from None
 
 
 def check_cache_writable(cache: Path) -> None:
@@ -207,6 +210,7 @@ def convert(file: Path, out: Path, field: str) -> None:
     missing = sorted(info.get("missing_keys") or [])
     require(not missing, field, f"{file} lacks {len(missing)} of the model's weights (e.g. {missing[0] if missing else ''}); "
                                 "transformers would fill them with random values")
+    check_weights(loaded.state_dict(), field, str(file))  # dequantised, named as transformers names them; refused before the cache holds them
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

@@ -4,12 +4,13 @@ Nothing random, nothing cast quietly: a folder is read only when
 
 - no tensor is stored quantised (fp8, int8/uint8, packed int4): transformers would cast such a tensor
   into a float parameter without its scales, so it is refused naming the key and its dtype;
+- no tensor holds NaN or inf (the weight check of lab/model/weight_check.py, file by file, one tensor at a time);
 - transformers reports no weight missing (it would be freshly initialised), unexpected, mis-shaped
   or failing conversion; the caller names the keys it expects to be left over (the MTP layers,
   which their own loader reads and checks the same way);
 - a float cast (bfloat16 on disk into a float32 model) is said in one stderr line.
 
-The table is read from the safetensors headers: no tensor is loaded.
+The table and the dtypes are read from the safetensors headers; the values are read once more than transformers reads them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 
 from lab.errors import ConfigError, require
+from lab.model.weight_check import check_weight_file
 
 # safetensors dtype codes → torch dtype names
 SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "F8_E4M3": "float8_e4m3fn",
@@ -92,7 +94,7 @@ def check_not_quantised(folder: Path, table: dict[str, TensorInfo]) -> None:
     beside = f"with {scales[0]} beside it" if scales else "with no scale beside it"
     more = f" ({len(quantised) - 1} more quantised tensors)" if len(quantised) > 1 else ""
     raise ConfigError(key, f"is stored as {table[key].dtype_name} {beside}{more}: quantised weights would be cast to float without "
-                           f"their scales; give a dequantised (float) copy of {folder}")
+                           f"their scales; give a dequantised (float) copy of {folder} (the tensor is in {table[key].file})")
 
 
 def say_float_casts(folder: Path, table: dict[str, TensorInfo], dtype: torch.dtype) -> None:
@@ -108,14 +110,27 @@ def say_float_casts(folder: Path, table: dict[str, TensorInfo], dtype: torch.dty
           file=sys.stderr)
 
 
-def audit_folder(folder: Path, dtype: torch.dtype) -> dict[str, TensorInfo]:
-    """The folder's tensor table, after the quantised refusal and the cast note ({} for a folder without safetensors files,
-    whose weights only transformers' load report checks)."""
-    if not any((folder / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+def audit_folder(folder: Path, dtype: torch.dtype, field: str = "model.path") -> dict[str, TensorInfo]:
+    """The folder's tensor table, after the quantised refusal, the weight check of every value (refused naming `field`)
+    and the cast note ({} for a folder without safetensors files, whose weights only transformers' load report checks)."""
+    table = check_folder_weights(folder, field)
+    say_float_casts(folder, table, dtype)
+    return table
+
+
+def has_weight_files(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json"))
+
+
+def check_folder_weights(folder: Path, field: str) -> dict[str, TensorInfo]:
+    """The weight check of every safetensors file of the folder (the MTP layers' too: their loader reads the same files);
+    its tensor table ({} for a folder without safetensors files)."""
+    if not has_weight_files(folder):
         return {}
     table = tensor_table(folder)
-    check_not_quantised(folder, table)
-    say_float_casts(folder, table, dtype)
+    check_not_quantised(folder, table)  # from the headers first: torch cannot even read some quantised codes (F4, I4)
+    for name in sorted({info.file for info in table.values()}):
+        check_weight_file(folder / name, field)
     return table
 
 

@@ -6,11 +6,13 @@ Nothing but tensors is taken: no optimizer state, step, λ position or RNG (that
 trunk weight of this model must be in the parent with the same shape; head weights are taken
 where the parent has them and freshly initialised (from the loaded trunk) where it has not.
 The parent's sha256 (the checkpoint file, or a release's model.safetensors) goes into the manifest.
+
+Every parent gets the weight check (lab/model/weight_check.py: no quantised dtype, no NaN / inf) before the run folder
+exists (`check_parent`, from lab/config/preflight.py), and again where its reader loads it.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -56,15 +58,34 @@ def parent_weights(kind: str, path: Path, model=None) -> tuple[dict[str, torch.T
         parent = readers[kind].read(path.parent, model)
         return parent.state, parent.model, parent.tokenizer, parent.head
     if kind == "release":
-        from safetensors.torch import load_file
+        from lab.release.export import load_release, release_config
 
-        config = json.loads((path.parent / "config.json").read_text())
-        return load_file(path), config["model"], config.get("tokenizer") or {}, (config.get("head") or {}).get("name")
+        config = release_config(path.parent)
+        released = load_release(path.parent)  # what lab-generate reads: config.json against its tensors, the weight check
+        return released.state_dict(), config["model"], config.get("tokenizer") or {}, (config.get("head") or {}).get("name")
     checkpoint = load_checkpoint(path)
     manifest = checkpoint.get("mtp_manifest")
     require(isinstance(manifest, dict), "init_from", f"{path} has no MTP manifest (not written by lab-train)")
     state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items()}
     return state, manifest["model"], manifest.get("tokenizer") or {}, manifest.get("head")
+
+
+def check_parent(source: str) -> None:
+    """What `init_from=source` reads, refused in one line before the run folder exists: a checkpoint as ckpt_path's is
+    (safe loading, digest, the weight check), a release as lab-generate reads it (config.json against its tensors, the
+    weight check), a release layout's folders by the weight check of the files its reader reads."""
+    kind, path = parent_files(source)
+    if kind == "checkpoint":
+        load_checkpoint(path)
+    elif kind == "release":
+        from lab.release.export import load_release
+
+        load_release(path.parent)
+    else:
+        from lab.model.hf_weights import check_folder_weights
+
+        for folder in init_from_readers()[kind].weight_folders(path.parent):
+            check_folder_weights(folder, "init_from")
 
 
 def check_same_head(state: dict, parent_head: str | None, head: str) -> None:

@@ -32,13 +32,15 @@ class InitFromReader:
     """How `init_from=<source>` reads a folder of this layout.
 
     `kind` is recorded in the manifest; `prefix` (e.g. "hf:") selects the reader by the source's spelling,
-    None selects it when the layout `recognizes` the folder.
+    None selects it when the layout `recognizes` the folder. `weight_folders` names the folders whose safetensors
+    files `read` reads: the weight check runs on them before the run folder is made (lab/release/init_from.py).
     """
 
     kind: str
     read: Callable[[Path, Any], ParentWeights]  # (folder, this run's model)
     identity_file: Callable[[Path], Path]  # the file whose sha256 identifies the parent
     prefix: str | None = None
+    weight_folders: Callable[[Path], list[Path]] = lambda folder: [folder]
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from lab.checkpoint.files import honour_umask
 from lab.checkpoint.manifest import plain
 from lab.model.heads import head_class
 from lab.model.mtp import build_model
+from lab.model.weight_check import check_weights
 from lab.release.hf_folder import staged_folder, write_trunk_folder
 from lab.release.layout import InitFromReader, LoadedFolder, ParentWeights, ReleaseLayout
 
@@ -124,7 +125,7 @@ def load_medusa(folder: str | Path):
     require(lab.get("final_norm") == "after_blocks", "config.json", "lab.final_norm must be after_blocks (the order the harness trains); "
                                                                      "a Medusa folder from elsewhere puts the norm before the blocks")
     pointer = config["base_model"]
-    base_path = folder / pointer["path"] if not Path(pointer["path"]).is_absolute() else Path(pointer["path"])
+    base_path = base_of(folder, pointer["path"])
     head = {**lab["head"], "name": "medusa", "k": config["num_heads"] + 1, "n_layers": config["num_hidden_layers"],
             "unembedding": "shared" if config["original_lm_head"] else "replicated", "trunk_grad": "frozen",
             "draft_vocab": None}  # the layout holds no draft ids: its heads draft over the full vocabulary
@@ -133,7 +134,9 @@ def load_medusa(folder: str | Path):
     built = model.trunk.base_identity
     for key in ("config_sha256", "weights_sha256"):
         require(built[key] == pointer[key], "base_model", f"{key} of the base at {base_path} differs from the one config.json names; give that base")
-    load_medusa_tensors(model, load_file(folder / "model.safetensors"))
+    tensors = load_file(folder / "model.safetensors")
+    check_weights(tensors, "release", str(folder / "model.safetensors"))  # copy_ would cast an int8 tensor into the float heads
+    load_medusa_tensors(model, tensors)
     return model.eval()
 
 
@@ -161,8 +164,19 @@ def medusa_tokenizer(folder: str | Path):
     from lab.data.hf_tokenizer import HFTokenizer
 
     folder = Path(folder)
-    pointer = json.loads((folder / "config.json").read_text())["base_model"]["path"]
-    return HFTokenizer(str(folder / pointer if not Path(pointer).is_absolute() else pointer), "base_model")
+    return HFTokenizer(str(base_of(folder, json.loads((folder / "config.json").read_text())["base_model"]["path"])), "base_model")
+
+
+def base_of(folder: Path, pointer: str) -> Path:
+    """The base the pointer names: `base` beside the heads, or a path of its own."""
+    return Path(pointer) if Path(pointer).is_absolute() else folder / pointer
+
+
+def weight_folders(folder: Path) -> list[Path]:
+    """The heads' folder and, when the pointer names a folder, the base's (a GGUF base is checked as it converts)."""
+    pointer = (json.loads((folder / "config.json").read_text()).get("base_model") or {}).get("path")  # is_medusa_folder read it
+    base = None if not isinstance(pointer, str) else base_of(folder, pointer)
+    return [folder] + ([base] if base is not None and base.is_dir() else [])
 
 
 def load_for_generation(folder: Path) -> LoadedFolder:
@@ -177,4 +191,5 @@ def parent_weights(folder: Path, model) -> ParentWeights:
 
 LAYOUT = ReleaseLayout("medusa", "a head=medusa run on model=hf in vLLM's Medusa layout beside a pointer to its base",
                        export_medusa, recognizes=is_medusa_folder, load=load_for_generation,
-                       init_from=InitFromReader(kind="medusa", read=parent_weights, identity_file=lambda folder: folder / "model.safetensors"))
+                       init_from=InitFromReader(kind="medusa", read=parent_weights, identity_file=lambda folder: folder / "model.safetensors",
+                                                weight_folders=weight_folders))

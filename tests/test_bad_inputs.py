@@ -29,6 +29,7 @@ CONFIG_CASES = [
     # `_target_` nodes: a traceback inside the job (the callback's own check, WandbLogger), or accepted silently
     ["callbacks.decoding.budget_s=abc"], ["callbacks.decoding.prompts=-1"], ["logger.wandb.project=3"], ["+callbacks.decoding.promts=3"],
     ["trainer.threads=0"], ["trainer.threads=many"],
+    ["schedule=sequential", "schedule.chunk_rows=64"], ["head=deepseek", "head.depth=1", "head.rollout_tokens=data"],  # read by nothing here
 ]
 
 # Cases run as a real `lab-train` process (by their first override); the others run in this process.
@@ -82,6 +83,7 @@ def write_inputs(folder: Path) -> None:
 
 RUN_CASES = [  # (overrides with {inputs} for the input folder, field, words the line must hold)
     (["data=text", "data.path={inputs}/binary.txt"], "data.path", "binary.txt is not UTF-8 at byte 0"),
+    (["data=text"], "data.path", "data.source=local reads local files and none is named"),  # it trained on the embedded corpus
     (["data=text", "data.path={inputs}/latin1.txt"], "data.path", "latin1.txt is not UTF-8 at byte 603"),
     (["data=text", "data.path={inputs}/not_gzip.txt.gz"], "data.path", "not_gzip.txt.gz is not gzip"),
     (["data=text", "data.path={inputs}/nul.txt"], "data.path", "NUL byte at byte 0"),

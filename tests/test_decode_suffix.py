@@ -171,8 +171,17 @@ def test_each_new_drafter_keeps_the_exact_sampling_law(case):
     law, runs, rejections, plain = law_case(*LAW_CASES[case], PROMPT)
     assert rejections > 0
     drafters = Counter(who for run in runs for who in run.stats["drafter_by_round"])
+    total = lambda key: sum(run.stats[key] for run in runs)  # noqa: E731
     if case.startswith("gated"):  # the gate both kept and dropped drafts over the enumeration
         assert drafters["heads"] > 0 and drafters["none"] > 0, drafters
+    else:  # the lookup drafted, and its drafts were both accepted and rejected: the law was tested where it acts
+        assert 0 < total("lookup_accepted") < total("lookup_nodes"), (total("lookup_accepted"), total("lookup_nodes"))
+    if "choose" in case:
+        assert drafters["heads"] > 0 and drafters["lookup"] > 0, drafters  # each side won some rounds
+    if "both_occurrences" in case:  # a second branch formed: a run verified more nodes than its rounds' depths add up to
+        assert any(run.stats["tree_nodes"] > sum(run.stats["proposed_by_round"]) for run in runs)
+    if case == "graft_both_occurrences":
+        assert drafters["both"] > 0, drafters
     assert_same_law(law, plain)
 
 

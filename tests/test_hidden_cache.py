@@ -58,13 +58,19 @@ class GradientsOnly:
         pass
 
 
-def training_rows(seed: int = 0, n_rows: int = 6) -> list[dict]:
-    """Packed rows of S=12: several documents per row, padding at the end of the last one."""
+def training_rows(seed: int = 0, n_rows: int = 6, greedy_from=None) -> list[dict]:
+    """Packed rows of S=12: several documents per row, padding at the end of the last one. With `greedy_from` (a
+    model), two tokens in three are that model's own greedy choice, so its next-token path hits some labels."""
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(1, VOCAB, (n_rows, SEQ), generator=g)
     patterns = [[0] * 5 + [1] * 7, [0] * 12, [0] * 3 + [1] * 4 + [2] * 5, [0] * 8 + [1] * 4, [0] * 6 + [1] * 6, [0] * 9 + [-1] * 3]
     segments = torch.tensor([patterns[i % len(patterns)] for i in range(n_rows)])
     tokens[segments < 0] = 0
+    for t in range(SEQ - 1) if greedy_from is not None else ():
+        if t % 3 != 2:
+            with torch.no_grad():
+                choice = greedy_from.next_token_logits(make_batch(tokens, segments))[:, t].argmax(-1)  # [B]: predicts t+1
+            tokens[:, t + 1] = torch.where(segments[:, t + 1] >= 0, choice, tokens[:, t + 1])
     batch = make_batch(tokens, segments)
     return [{name: value[i] for name, value in batch.items()} for i in range(n_rows)]
 
@@ -330,3 +336,35 @@ def test_lab_train_refuses_what_the_cache_cannot_serve_in_one_line(case, llama_d
     assert out.returncode == 2, out.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: hidden_cache:") and words in lines[0], lines
     assert not run_dir.exists() and entries() == before
+
+
+def truncating_step(model, batch: dict, target: str):
+    """One step with truncation at the first miss and training-time acceptance read (lab/objective/readings.py)."""
+    objective = Objective.build({"policy": "head_mean"}, {"name": "uniform"}, {"name": "sequential"}, k=model.k,
+                                objective={"target": target, "truncate": "first_miss"})
+    outputs = train_step(model, objective, batch, Progress(step=0, consumed_tokens=0, total_steps=10), GradientsOnly(model),
+                         measure_acceptance=True)
+    return outputs, {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("head, target", [("medusa", "data"), ("deepseek", "data"), ("medusa", "distill")])
+def test_first_miss_truncation_and_acceptance_from_the_cache_equal_the_live_step(head, target, tmp_path):
+    """The readings' hidden-cache branch (horizon 1's hits from the cache, no next-token logits for `data` without
+    acceptance): the kept rows, α, agreement and gradients equal the live step's. Perturbation: the cached hits
+    inverted move the kept rows (the cache's hits are what truncation reads)."""
+    model = frozen_model(HEADS[head])
+    rows = training_rows(greedy_from=model)
+    cached, _ = open_hidden_cache(model, rows, tmp_path, batch_size=4)
+    picked = [5, 0, 3, 1]
+    live, live_grads = truncating_step(model, default_collate([rows[i] for i in picked]), target)
+    cached_batch = default_collate([cached[i] for i in picked])
+    from_cache, cached_grads = truncating_step(model, cached_batch, target)
+    kept, supervised = live.truncation[:, 0], live.truncation[:, 1]
+    assert 0 < kept[1] < supervised[1]  # some rows kept, some cut: the comparison is not trivial
+    assert torch.equal(from_cache.truncation, live.truncation)
+    torch.testing.assert_close(from_cache.acceptance, live.acceptance, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(from_cache.loss_sums, live.loss_sums, rtol=1e-6, atol=1e-6)
+    for name, grad in live_grads.items():
+        torch.testing.assert_close(cached_grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+    inverted, _ = truncating_step(model, {**cached_batch, NEXT_TOKEN_HIT: ~cached_batch[NEXT_TOKEN_HIT]}, target)
+    assert not torch.equal(inverted.truncation[1:, 0], live.truncation[1:, 0])

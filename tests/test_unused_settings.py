@@ -18,6 +18,8 @@ import lab.config.unused
 from lab.config.checks import check_config
 from lab.errors import ConfigError
 from lab.model.heads import HEAD_SPECS, HeadConfig, head_class
+from lab.objective.backward import BACKWARD_SCHEDULES
+from lab.objective.objective import ScheduleConfig
 from lab.objective.reductions import POLICIES
 from lab.objective.targets import TARGETS
 from lab.objective.weights import WEIGHT_SCHEDULES
@@ -28,7 +30,12 @@ STEPS = ["trainer.max_steps=2", "callbacks.decoding.prompts=0"]
 # Another allowed value of each shared head option (the options a head ignores come from its class).
 # Options a schedule has no default for, at K = 1.
 REQUIRED_AT_K1 = {"phased": ("weights.phases=[[1]]",)}
-OTHER_VALUE = {"n_layers": 2, "init": "copy_last", "block": "native", "unembedding": "replicated", "trunk_grad": "frozen"}
+OTHER_VALUE = {"n_layers": 2, "init": "copy_last", "block": "native", "unembedding": "replicated", "trunk_grad": "frozen",
+               "rollout_tokens": "data"}
+OTHER_SCHEDULE_VALUE = {"chunk_rows": 64}
+# Where a conditional option is read (the rule does not hold): it must change training and not be refused.
+READ_CONTROLS = [("deepseek.rollout_tokens.self_2_steps", ("head=deepseek", "head.depth=1", "head.rollout=self", "head.rollout_steps=2"),
+                  ("head.rollout_tokens=data",))]
 
 
 def cases() -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
@@ -45,7 +52,15 @@ def cases() -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
     for name, spec in HEAD_SPECS.items():
         base = (f"head={name}", *([] if spec.example_k else ["head.k=2"]), *(f"head.{k}={v}" for k, v in spec.example_options(2).items()))
         out += [(f"{name}.{option}", base, (f"head.{option}={OTHER_VALUE[option]}",)) for option in head_class(name).unused_options]
-    return out
+        for rule in head_class(name).unused_when:  # an option read only under other values: the values where it is not
+            when = tuple(f"head.{field}={value}" for field, value in rule.when)
+            out.append((f"{name}.{rule.option}.when_{'_'.join(f'{f}_{v}' for f, v in rule.when)}", (*base, *when),
+                        (f"head.{rule.option}={OTHER_VALUE[rule.option]}",)))
+    for name in BACKWARD_SCHEDULES:  # every schedule field under every schedule (chunked reads chunk_rows, the rest do not)
+        base = (*two, f"schedule={name}")
+        out += [(f"schedule={name}.{f.name}", base, (f"schedule.{f.name}={OTHER_SCHEDULE_VALUE[f.name]}",))
+                for f in dataclasses.fields(ScheduleConfig) if f.name != "name"]
+    return out + READ_CONTROLS
 
 
 CASES = cases()
@@ -82,14 +97,30 @@ def test_a_setting_is_refused_exactly_when_training_with_it_changes_nothing(case
     assert (refused is not None) == same, f"refused={refused}, identical weights={same}"
 
 
-def test_the_generated_cases_cover_both_outcomes():
-    """A rule that refused everything (or nothing) would pass the test above only if training agreed; make sure
-    the registries give cases of both kinds: at K = 1 `sum` and `fixed` scale the loss, the rest of the policies
-    coincide with head_mean."""
-    ids = {c[0] for c in CASES}
-    assert {"reduction=sum", "reduction=weighted_pair", "lk_hybrid.lk_eta", "data.lk_eta", "identity.n_layers"} <= ids
+def refused_field(case, tmp_path) -> str | None:
+    _, base, setting = case
+    try:
+        check_config(compose_cfg(*STEPS, *base, *setting, cache_dir=tmp_path / "cache"))
+    except ConfigError as error:
+        return error.field
+    return None
 
 
+def test_the_generated_cases_have_both_outcomes_unconditional_and_conditional(tmp_path):
+    """The rule's own verdicts over the generated cases: a rule that refused everything (or nothing, or ignored the
+    conditions) gives other verdicts on these, whatever training says. At K = 1 `sum` scales the loss and the other
+    policies coincide with head_mean; chunk_rows is read by chunked only; rollout_tokens by a self-fed rollout of ≥ 2 steps."""
+    by_id = {case[0]: case for case in CASES}
+    expected = {"reduction=sum": None, "reduction=weighted_pair": "reduction.policy", "lk_hybrid.lk_eta": None,
+                "data.lk_eta": "objective.lk_eta", "identity.n_layers": "head.n_layers",
+                "schedule=chunked.chunk_rows": None, "schedule=sequential.chunk_rows": "schedule.chunk_rows",
+                "schedule=joint.chunk_rows": "schedule.chunk_rows", "deepseek.rollout_tokens.when_rollout_teacher": "head.rollout_tokens",
+                "deepseek.rollout_tokens.when_rollout_self_rollout_steps_1": "head.rollout_tokens",
+                "deepseek.rollout_tokens.self_2_steps": None}
+    assert {case_id: refused_field(by_id[case_id], tmp_path) for case_id in expected} == expected
+
+
+@pytest.mark.slow  # 25–50 s of one worker (tests/README.md)
 def test_a_sweep_job_notes_the_setting_runs_it_at_its_default_and_records_it(tmp_path, cache_dir):
     """`head=ntp,parallel reduction=weighted_pair`: the baseline job of the grid runs (noted), the other is untouched."""
     sweep = tmp_path / "sweep"
@@ -126,4 +157,6 @@ def test_keys_nothing_reads_and_single_horizon_heads_are_refused_before_the_run_
 
 
 def test_head_config_fields_named_in_other_value_exist():
-    assert set(OTHER_VALUE) <= {f.name for f in dataclasses.fields(HeadConfig)}
+    """Every option OTHER_VALUE names is a field of the common head config or of the architecture that declares it."""
+    own = {rule.option for spec in HEAD_SPECS.values() for rule in head_class(spec.name).unused_when}
+    assert set(OTHER_VALUE) <= {f.name for f in dataclasses.fields(HeadConfig)} | own

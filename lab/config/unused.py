@@ -1,7 +1,9 @@
 """Settings that change nothing for this run: found from the registries, refused or noted in one place.
 
 A setting changes nothing when the run would compute exactly what it computes at the field's default:
-- a head option the head never reads (each head's `unused_options`, lab/model/heads/<name>/head.py);
+- a head option the head never reads (each head's `unused_options`, lab/model/heads/<name>/head.py), or reads
+  only under other values of its options (`unused_when`: DeepSeek's `rollout_tokens` under `rollout=teacher`);
+- a `schedule` field its backward schedule never reads (`chunk_rows` outside `chunked`: each schedule's `reads`);
 - with K = 1 (the next-token horizon alone), whatever shapes only horizons 2..K: `head.draft_vocab`,
   the `objective` target fields (horizon 1 always learns the data), a reduction policy whose
   coefficients equal the default policy's at K = 1 (`weighted_pair`, `global`, ... give head_mean's
@@ -67,6 +69,8 @@ def unused_settings(cfg: DictConfig, head) -> list[UnusedSetting]:
     objective = OmegaConf.to_container(cfg.objective, resolve=True) if cfg.get("objective") is not None else {}
     typed(TargetConfig, objective, "objective")  # every value allowed first: an unknown one is refused as such
     found += target_parameters_unused(objective)
+    if cfg.get("schedule") is not None:
+        found += schedule_options_unused(OmegaConf.to_container(cfg.schedule, resolve=True))
     if head.k == 1:
         found += single_horizon_unused(head, objective, OmegaConf.to_container(cfg.reduction, resolve=True),
                                        OmegaConf.to_container(cfg.weights, resolve=True), int(cfg.trainer.max_steps))
@@ -74,11 +78,29 @@ def unused_settings(cfg: DictConfig, head) -> list[UnusedSetting]:
 
 
 def head_options_unused(head) -> list[UnusedSetting]:
+    """Options the head never reads (`unused_options`), and options it reads only under other values (`unused_when`)."""
     from lab.model.heads import HeadConfig, head_class
 
-    defaults = {f.name: f.default for f in dataclasses.fields(HeadConfig)}
-    return [UnusedSetting(f"head.{option}", getattr(head, option), defaults[option], f"head '{head.name}' has no use for it")
-            for option in head_class(head.name).unused_options if getattr(head, option) != defaults[option]]
+    common = {f.name: f.default for f in dataclasses.fields(HeadConfig)}
+    own = {f.name: f.default for f in dataclasses.fields(type(head))}
+    found = [UnusedSetting(f"head.{option}", getattr(head, option), common[option], f"head '{head.name}' has no use for it")
+             for option in head_class(head.name).unused_options if getattr(head, option) != common[option]]
+    return found + [UnusedSetting(f"head.{rule.option}", getattr(head, rule.option), own[rule.option], rule.why)
+                    for rule in head_class(head.name).unused_when if rule.holds(head) and getattr(head, rule.option) != own[rule.option]]
+
+
+def schedule_options_unused(schedule: dict) -> list[UnusedSetting]:
+    """A `schedule` field its backward schedule never reads (`reads` of each BACKWARD_SCHEDULES class)."""
+    from lab.objective.backward import BACKWARD_SCHEDULES
+    from lab.objective.objective import ScheduleConfig
+
+    name = schedule.get("name", ScheduleConfig.name)
+    if name not in BACKWARD_SCHEDULES:
+        return []  # ScheduleConfig names the allowed schedules
+    reads = BACKWARD_SCHEDULES[name].reads
+    return [UnusedSetting(f"schedule.{f.name}", schedule[f.name], f.default, f"schedule={name} never reads it")
+            for f in dataclasses.fields(ScheduleConfig)
+            if f.name != "name" and f.name not in reads and schedule.get(f.name, f.default) != f.default]
 
 
 def target_parameters_unused(objective: dict) -> list[UnusedSetting]:

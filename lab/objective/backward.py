@@ -82,6 +82,7 @@ def top1_hits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 class JointSchedule:
     name = "joint"
+    reads: tuple[str, ...] = ()  # ScheduleConfig fields besides `name` it uses (others set are refused: lab/config/unused.py)
 
     def __init__(self, chunk_rows: int | None = None):
         pass  # only `chunked` uses chunk_rows; every schedule accepts the same config
@@ -138,6 +139,7 @@ class ChunkedSchedule(SequentialSchedule):
     """Sequential, with the projection + CE fused and chunked over rows by torch."""
 
     name = "chunked"
+    reads = ("chunk_rows",)
 
     def __init__(self, chunk_rows: int | None = 1024):
         check_schedule(self.name, chunk_rows)

@@ -24,6 +24,19 @@ from lab.schema import field_names, typed
 
 
 @dataclass(frozen=True)
+class UnusedWhen:
+    """`option` changes nothing while every field in `when` has its value (e.g. DeepSeek's `rollout_tokens` under
+    `rollout=teacher`); lab/config/unused.py refuses or notes it, tests/test_unused_settings.py trains both ways."""
+
+    option: str
+    when: tuple[tuple[str, object], ...]  # (field, value) pairs of the head config
+    why: str
+
+    def holds(self, cfg: HeadConfig) -> bool:
+        return all(getattr(cfg, field) == value for field, value in self.when)
+
+
+@dataclass(frozen=True)
 class NextTokenPath:
     """What horizon 1 needs from a head, for a next-token-only release (lab/release/export.py): `blocks`, the head
     state-key prefixes of the blocks horizon 1 runs after the trunk, in order (each becomes one more trunk block);
@@ -64,6 +77,9 @@ class MTPHead(nn.Module):
     # default they would change nothing, so a new run that sets one is refused (a sweep job: noted;
     # lab/config/unused.py) rather than silently ignoring it. Checkpoints and manifests of earlier runs that set one still load.
     unused_options: tuple[str, ...] = ()
+    # Options this architecture reads only under some values of its other options (UnusedWhen): refused or noted
+    # the same way when those values hold.
+    unused_when: tuple[UnusedWhen, ...] = ()
 
     @classmethod
     def check_config(cls, cfg: HeadConfig) -> None:

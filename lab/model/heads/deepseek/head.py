@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from lab.errors import ConfigError, is_int, require
 from lab.labels import chain_masks
 from lab.horizon import Horizon
-from lab.model.heads.base import MTPHead
+from lab.model.heads.base import MTPHead, UnusedWhen
 from lab.model.heads.block_stack import head_block_flops, native_layers
 from lab.model.heads.config import HeadConfig
 from lab.model.heads.deepseek.drafter import DeepSeekChain
@@ -102,6 +102,9 @@ class DeepSeekHead(MTPHead):
     drafter = DeepSeekChain
     config_class = DeepSeekConfig
     unused_options = ("n_layers",)  # one transformer block per depth module
+    unused_when = (UnusedWhen("rollout_tokens", (("rollout", "teacher"),), "head.rollout=teacher embeds the data token at every depth"),
+                   UnusedWhen("rollout_tokens", (("rollout", "self"), ("rollout_steps", 1)),
+                              "a self-fed rollout of head.rollout_steps=1 has no step ≥ 2 to embed a token for"))
     sharding_units = (DepthModule,)  # a depth module is one unit, its block nested inside it
     horizon_containers = {**MTPHead.horizon_containers, "depth_modules": 2}  # depth d predicts horizon d + 1
 

@@ -35,7 +35,7 @@ from lab.data import (
 )
 from lab.data.packing import token_dtype, tokenized_features
 from lab.data.sampler import ResumableSampler
-from lab.data.sources import hub_fingerprint
+from lab.data.hub_source import hub_fingerprint
 from lab.data.tokenizers import bpe_cache_path
 from lab.errors import ConfigError
 from tests.cli import TINY, lab_train, read_run, SUBPROCESS_TIMEOUT
@@ -544,7 +544,7 @@ def test_documented_local_corpus_example_runs_verbatim(tmp_path, cache_dir):
     assert result.returncode == 0, result.stderr[-3000:]
     record = read_run(tmp_path / "run")
     assert record["status"] == "ok"
-    assert record["config"]["data"]["source"] == "auto" and record["manifest"]["tokenizer"]["kind"] == "bpe"
+    assert record["config"]["data"]["source"] == "local" and record["manifest"]["tokenizer"]["kind"] == "bpe"
     assert record["corpus_stats"]["n_docs_train"] + record["corpus_stats"]["n_docs_val"] == 80
 
 

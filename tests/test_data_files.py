@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from lab.data.config import validate_data_config
-from lab.data.sources import load_corpus, split_bucket
+from lab.data.corpus_split import split_bucket
+from lab.data.sources import load_corpus
 from lab.errors import ConfigError
 from tests.cli import TINY, lab_train_in_process
 

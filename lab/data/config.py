@@ -48,7 +48,8 @@ class DataConfig:
         """Checked at construction, without touching the data; `source: auto` becomes the local format the file
         extensions name (text, json, jsonl, parquet)."""
         from lab.data.packing import check_seq_len  # the checks' modules read corpora: imported when a config is built
-        from lab.data.sources import SOURCES, check_streaming_selection, resolve_local_files
+        from lab.data.local_files import resolve_local_files
+        from lab.data.sources import SOURCES, check_streaming_selection
         from lab.data.tokenizers import check_tokenizer_config
 
         require(self.source in SOURCES, "data.source", f"unknown {self.source!r}; allowed: {', '.join(SOURCES)}")

@@ -33,7 +33,7 @@ NOISY_LIBRARY_LINES = (
     ("datasets.packaged_modules.json.json", r"^Failed to load JSON from file",
      "a second, vaguer copy of the error lab/data/diagnose.py names in one line (line N is not JSON)"),
     ("datasets.packaged_modules.parquet.parquet", r"^Failed to read schema from",
-     "a copy of the error the data.path line already gives (lab/data/sources.py: cannot read as parquet)"),
+     "a copy of the error the data.path line already gives (lab/data/local_files.py: cannot read as parquet)"),
 )
 # The CSV logger warns that a non-empty log directory's files "will be deleted". The run dir
 # always holds Hydra's .hydra/ before the logger starts, so on a fresh run (no metrics.csv yet)

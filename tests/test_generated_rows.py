@@ -240,6 +240,7 @@ def test_training_reads_the_generated_rows(hidden_cache, llama_dir, cache_dir, t
         assert meta["rows"] == rows_fingerprint(GeneratedRows(np.load(generated_dir / "tokens.npy")))
 
 
+@pytest.mark.slow  # 25–50 s of one worker (tests/README.md)
 def test_train_rows_seed_lets_another_run_seed_train_on_the_same_rows(llama_dir, cache_dir, tmp_path):
     """`seed=1 train_rows.seed=0` reads the entry that `seed=0` wrote (and the hidden cache over it); `seed=1` alone
     writes its own rows. The run seed still drives training (it orders the batches), so the two runs on one set of

@@ -6,6 +6,8 @@ import csv
 import itertools
 import json
 
+import pytest
+
 from lab.run.grid_sweeper import map_grid
 from lab.run.job_folder import job_settings
 from tests.cli import TINY, lab_train
@@ -39,6 +41,7 @@ def test_a_job_folder_names_the_settings_that_vary():
     assert job_settings(clash[0], clash) == "model.n_layers:2+head.n_layers:1"  # one short name for two keys: the full keys
 
 
+@pytest.mark.slow  # 25–50 s of one worker (tests/README.md)
 def test_the_new_user_flow_a_folder_of_code_and_the_3x2x2_grid_with_humaneval_at_the_end(tmp_path, cache_dir):
     """Own code (a folder of .py, no converter), `head=ntp,parallel,deepseek head.k=2,4 seed=0,1` (no YAML written):
     10 jobs (ntp deduplicated), 5 variants × 2 seeds in the report, and each job's HumanEval in runs.csv and the report."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.cli import TINY, lab_train
 
 
+@pytest.mark.slow  # 25–50 s of one worker (tests/README.md)
 def test_a_sweep_over_objectives_gets_one_row_per_objective(tmp_path, cache_dir):
     sweep = tmp_path / "sweep"
     overrides = [o for o in TINY if not o.startswith("trainer.max_steps")]

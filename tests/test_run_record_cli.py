@@ -340,6 +340,7 @@ def test_the_probe_accepts_a_json_answer_and_gives_up_on_a_silent_server_within_
         assert problem == "cannot be reached (no answer within 1 s)" and time.monotonic() - started < 3
 
 
+@pytest.mark.slow  # 25–50 s of one worker (tests/README.md)
 def test_a_resume_that_would_train_differently_is_refused_naming_the_setting_and_a_longer_one_goes_on(tmp_path, cache_dir):
     """Issue 56: resuming with another optim.lr trained on at it, and run.json showed the new rate for the steps
     already taken. The refused attempt leaves the run's record and checkpoint as they were."""

@@ -105,6 +105,7 @@ def test_failed_jobs_are_recorded_and_the_sweep_completes(failing_sweep):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # 25–50 s of one worker (tests/README.md)
 def test_lab_report_rebuild_is_idempotent_and_figures_deterministic(joblib_sweep, tmp_path):
     files = [joblib_sweep / n for n in ("runs.csv", "report.md", "report.html")] + sorted((joblib_sweep / "figures").glob("*.png"))
     before = digests(files)

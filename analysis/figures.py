@@ -9,9 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.paper_data import Paper, Skipped, figure_files, seeds_note, table_files
-from lab.report.plotting import color, figure, short
+from lab.report.atomic import write_text_atomic
+from lab.report.conflict_figure import CSV_HEADER as CONFLICT_CSV_HEADER, conflict_figure, conflict_panels, draw
+from lab.report.gradient_conflict import gradient_conflict_findings
+from lab.report.plotting import figure, padded_range, series_style, short
 from lab.report.records import finite
-from lab.report.sweep_figures import GRAD_COS, mean_curve, zero_based_ylim
+from lab.report.sweep_figures import (draw_final_loss_dots, draw_val_loss_over_training, mean_curve, mean_sd_curve, seeds_phrase,
+                                      zero_based_ylim)
 from lab.report.table import Variant
 
 MiB = 1024 * 1024
@@ -131,27 +135,41 @@ def fig2_memory(paper: Paper, out: Path):
         return figure_files(fig, out, "fig2_memory", ["variant", "schedule", "K", "saved_peak_bytes", "logits_live_bytes"], data)
 
 
+ACCURACY_GROUPS = ((False, "blind heads: horizon k predicts t+k from t"),
+                   (True, "teacher-forced (DeepSeek depths: true tokens up to t+k−1)"))
+
+
 def medusa_head_accuracy(paper: Paper, out: Path):
-    """Top-1 validation accuracy of each horizon's head against the horizon (cf. Medusa), sd over seeds."""
+    """Top-1 validation accuracy of each horizon's head against the horizon (cf. Medusa), sd over seeds. Teacher-forced
+    heads (head trait `teacher_forced`: DeepSeek's depths saw the true earlier tokens) answer an easier question than
+    blind heads, so they get their own panel; each panel's y-range is padded around its own data, not 0–1."""
     rows = [v for v in paper.variants if v.max_k > 1 and v.stat("val/acc/h1")[0] is not None]
     if not rows:
         return Skipped("no multi-horizon variant logged val/acc/h{k}")
+    groups = [(title, [v for v in rows if v.teacher_forced == forced]) for forced, title in ACCURACY_GROUPS]
+    groups = [(title, members) for title, members in groups if members]
     data = []
-    with figure(7.5, 4.0) as (fig, axes):
-        ax = axes[0][0]
-        for v in rows:
-            ks = [k for k in horizons(v) if v.stat(f"val/acc/h{k}")[0] is not None]
-            stats = [v.stat(f"val/acc/h{k}") for k in ks]
-            ax.errorbar(ks, [m for m, _, _ in stats], yerr=[s or 0 for _, s, _ in stats], marker="o", markersize=3, capsize=2,
-                        color=paper.colour(v), label=short(v.label, LABEL_WIDTH) + (" (teacher-forced)" if v.teacher_forced else ""))
-            data += [[v.label, k, m, s, n] for k, (m, s, n) in zip(ks, stats)]
-        ax.set_xlabel("horizon k")
-        ax.set_ylabel("top-1 accuracy (validation)")
-        ax.set_ylim(0, 1)
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_title(f"Per-horizon accuracy (cf. Medusa); {seeds_note(rows, 'val/acc/h1')}")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        return figure_files(fig, out, "medusa_head_accuracy", ["variant", "horizon", "acc mean", "acc sd", "n"], data)
+    with figure(5.2 * len(groups) + 2.2, 4.0, 1, len(groups)) as (fig, axes):
+        for col, (title, members) in enumerate(groups):
+            ax = axes[0][col]
+            shown = []
+            for v in members:
+                ks = [k for k in horizons(v) if v.stat(f"val/acc/h{k}")[0] is not None]
+                stats = [v.stat(f"val/acc/h{k}") for k in ks]
+                colour, style = paper.styles[v.label]
+                ax.errorbar(ks, [m for m, _, _ in stats], yerr=[s or 0 for _, s, _ in stats], marker="o", markersize=3, capsize=2,
+                            color=colour, linestyle=style, label=short(v.label, LABEL_WIDTH))
+                shown += [m + sign * (s or 0) for m, s, _ in stats for sign in (-1, 1)]
+                data += [[v.label, "teacher-forced" if v.teacher_forced else "blind", k, m, s, n] for k, (m, s, n) in zip(ks, stats)]
+            limits = padded_range(shown, pad=0.12, minimum_span=0.02)
+            ax.set_ylim(max(limits[0], 0.0), min(limits[1], 1.0))
+            ax.set_xlabel("horizon k")
+            ax.set_ylabel("top-1 accuracy (validation)")
+            ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.set_title(title, fontsize=8)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        fig.suptitle(f"Per-horizon accuracy (cf. Medusa); {seeds_note(rows, 'val/acc/h1')}")
+        return figure_files(fig, out, "medusa_head_accuracy", ["variant", "heads", "horizon", "acc mean", "acc sd", "n"], data)
 
 
 def deepseek_lambda_effect(paper: Paper, out: Path):
@@ -216,67 +234,58 @@ def reduction_weights(paper: Paper, out: Path):
         return figure_files(fig, out, "reduction_weights", ["variant", "reduction", "weights", "seed", "horizon", "val_loss"], data)
 
 
-def grid_of(n: int, per_panel: tuple[float, float]):
-    cols = min(n, 3)
-    rows = (n + cols - 1) // cols
-    return figure(per_panel[0] * cols + 2.5, per_panel[1] * rows + 0.6, rows, cols)
-
-
 def grad_cosine_over_training(paper: Paper, out: Path):
-    """Gradient cosine between horizons over training: one panel per variant and parameter group, one line per pair."""
-    panels = []
-    for v in paper.variants:
-        names = sorted({name for r in v.ok for name in r["history"] if GRAD_COS.match(name)})
-        for space in sorted({GRAD_COS.match(n).group("space") or "trunk output" for n in names}):
-            pairs = [n for n in names if (GRAD_COS.match(n).group("space") or "trunk output") == space]
-            curves = [(n, *mean_curve(v.ok, n)) for n in pairs]
-            if any(len(steps) > 1 for _, steps, _ in curves):
-                panels.append((v, space, curves))
-    if not panels:
+    """Gradient cosine between horizons over training: one column per variant (policy against policy), one row per
+    space (trunk output, then parameter groups; tied embed/unembed once), line = mean over seeds, band = ± sd;
+    the gradient-conflict findings the report prints go beside it as grad_cosine_over_training.md."""
+    panels = conflict_panels(paper.variants)
+    if not any(len(s.steps) > 1 for _, series in panels for s in series):
         return Skipped("no gradient cosine logged at two or more steps (the diagnostics callbacks: callbacks=diagnostics)")
-    data = []
-    with grid_of(len(panels), (4.0, 3.0)) as (fig, axes):
-        for index, (v, space, curves) in enumerate(panels):
-            ax = axes[index // axes.shape[1]][index % axes.shape[1]]
-            for i, (name, steps, values) in enumerate(curves):
-                match = GRAD_COS.match(name)
-                ax.plot(steps, values, color=color(i), label=f"h{match.group('i')}–h{match.group('j')}")
-                data += [[v.label, space, f"h{match.group('i')}_h{match.group('j')}", int(s), float(x)] for s, x in zip(steps, values)]
-            ax.axhline(0, color="black", linewidth=0.6)
-            ax.set_ylim(-1, 1)
-            ax.set_title(short(f"{v.label} — {space}", 40), fontsize=8)
-            ax.set_xlabel("step")
-            ax.legend(fontsize=6, ncol=2)
-        for index in range(len(panels), axes.size):
-            axes[index // axes.shape[1]][index % axes.shape[1]].axis("off")
-        fig.suptitle("Gradient cosine between horizons over training (mean over seeds)", y=1.01)  # above the panel titles
-        return figure_files(fig, out, "grad_cosine_over_training", ["variant", "parameter group", "pair", "step", "cosine"], data)
+    with conflict_figure(panels) as (fig, axes):
+        data = draw(fig, axes, panels)
+        written = figure_files(fig, out, "grad_cosine_over_training", CONFLICT_CSV_HEADER, data)
+    findings = gradient_conflict_findings(paper.variants)
+    return written + [write_text_atomic(out / "grad_cosine_over_training.md", "".join(f"- {line}\n" for line in findings))]
 
 
 def horizon_accuracy_over_training(paper: Paper, out: Path):
-    """Per-horizon validation accuracy and draft agreement at every validation, one panel pair per variant."""
+    """Per-horizon validation accuracy and draft agreement at every validation (the optimizer step it ran at), one
+    panel pair per variant: horizons in greys with their own line style and marker (variant colours mean variants),
+    line = mean over seeds, band = ± sd, n in each panel's title."""
     series = []
     for v in [v for v in paper.variants if v.max_k > 1]:
-        acc = [(k, *mean_curve(v.ok, f"val/acc/h{k}")) for k in horizons(v)]
-        agree = [(k, *mean_curve(v.ok, f"val/agree/h{k}")) for k in range(2, v.max_k + 1)]
-        if any(len(steps) > 1 for _, steps, _ in acc):
+        acc = [(k, *mean_sd_curve(v.ok, f"val/acc/h{k}")) for k in horizons(v)]
+        agree = [(k, *mean_sd_curve(v.ok, f"val/agree/h{k}")) for k in range(2, v.max_k + 1)]
+        if any(len(steps) > 1 for _, steps, *_ in acc):
             series.append((v, acc, agree))
     if not series:
         return Skipped("fewer than two validations of a multi-horizon variant (trainer.val_check_interval)")
     data = []
-    with figure(10.0, 2.8 * len(series) + 0.6, len(series), 2) as (fig, axes):
+    with figure(10.5, 2.9 * len(series) + 0.8, len(series), 2) as (fig, axes):
         for row, (v, acc, agree) in enumerate(series):
             for col, (curves, what) in enumerate(((acc, "val/acc"), (agree, "val/agree"))):
                 ax = axes[row][col]
-                for k, steps, values in curves:
-                    ax.plot(steps, values, marker="o", markersize=3, color=color(k - 1), label=f"h{k}")
-                    data += [[v.label, what, k, int(s), float(x)] for s, x in zip(steps, values)]
-                ax.set_ylim(0, 1)
-                ax.set_title(short(f"{v.label}: {what}", 48), fontsize=8)
-                ax.set_xlabel("step")
-                ax.legend(fontsize=6, ncol=2)
-        fig.suptitle("Per-horizon accuracy and draft agreement over training (mean over seeds)", y=1.01)
-        return figure_files(fig, out, "horizon_accuracy_over_training", ["variant", "metric", "horizon", "step", "value"], data)
+                shown = []
+                for k, steps, means, sds, n in curves:
+                    if not len(steps):
+                        continue
+                    style = series_style(k - 1)
+                    ax.plot(steps, means, markersize=3, label=f"h{k}", **style)
+                    if n > 1:
+                        ax.fill_between(steps, means - sds, means + sds, color=style["color"], alpha=0.15, linewidth=0)
+                    shown += list(means - sds) + list(means + sds)
+                    data += [[v.label, what, k, int(s), float(x), float(sd), n] for s, x, sd in zip(steps, means, sds)]
+                limits = padded_range(shown, pad=0.1, minimum_span=0.02)
+                if limits is not None:
+                    ax.set_ylim(max(limits[0], 0.0), min(limits[1], 1.0))
+                ax.set_xticks(sorted({int(s) for _, steps, *_ in curves for s in steps}))
+                ax.set_title(short(f"{v.label}: {what} ({seeds_phrase([len(v.ok)])})", 56), fontsize=8, color=paper.colour(v))
+                ax.set_xlabel("optimizer step (validation)")
+                if ax.lines:
+                    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        fig.suptitle("Per-horizon accuracy and draft agreement over training (line: mean, band: ± sd over seeds)")
+        return figure_files(fig, out, "horizon_accuracy_over_training",
+                            ["variant", "metric", "horizon", "step", "mean", "sd", "n"], data)
 
 
 def quality_vs_cost(paper: Paper, out: Path):
@@ -297,7 +306,10 @@ def quality_vs_cost(paper: Paper, out: Path):
             ax.set_xlabel(label)
             ax.set_ylabel("val next-token loss (nats)")
             xs = [v.cost(name) * scale for v in rows if v.cost(name)]
-            ax.set_xlim(0, 1.1 * max(xs) if xs else 1)  # from zero, every point inside
+            if xs:  # the points' own range, padded: from zero every point sat in the right fifth
+                ax.set_xlim(*padded_range(xs, pad=0.12, minimum_span=0.05 * max(xs)))
+            ys = [m + sign * (sd or 0) for v in rows for m, sd, _ in [v.stat("val/loss")] for sign in (-1, 1)]
+            ax.set_ylim(*padded_range(ys, pad=0.12))
             if not ax.lines:
                 ax.text(0.5, 0.5, f"{name}: not recorded", transform=ax.transAxes, ha="center")
         legend_axis = axes[0][1] if axes[0][1].lines else axes[0][0]
@@ -307,8 +319,36 @@ def quality_vs_cost(paper: Paper, out: Path):
         return figure_files(fig, out, "quality_vs_cost", header, data)
 
 
+def val_loss_over_training(paper: Paper, out: Path):
+    """Validation next-token loss at every validation: mean over seeds, band ± sd, n in the legend."""
+    rows = [v for v in paper.variants if len(mean_sd_curve(v.ok, "val/loss")[0]) > 1]
+    if not rows:
+        return Skipped("fewer than two validations logged (trainer.val_check_interval)")
+    with figure(8.5, 4.2) as (fig, axes):
+        ax = axes[0][0]
+        data = draw_val_loss_over_training(ax, rows, paper.styles, paper.baseline)
+        ax.set_title(f"Validation next-token loss over training\n(line: mean, band: ± sd over seeds; {seeds_phrase([len(v.ok) for v in rows])})")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return figure_files(fig, out, "val_loss_over_training", ["variant", "step", "mean", "sd", "n"], data)
+
+
+def final_loss_dots(paper: Paper, out: Path):
+    """Final validation loss per variant, best first: every seed a dot, the mean a bar, the baseline's mean dashed."""
+    rows = [v for v in paper.variants if v.stat("val/loss")[0] is not None]
+    if len(rows) < 2:
+        return Skipped(f"{len(rows)} variant(s) with val/loss: nothing to compare")
+    with figure(7.5, max(2.4, 0.55 * len(rows) + 1.3)) as (fig, axes):
+        ax = axes[0][0]
+        data = draw_final_loss_dots(ax, rows, paper.styles, paper.baseline)
+        chosen = paper.baseline
+        note = "dots: seeds, bar: mean" + ("" if chosen is None else f", dashed: baseline {short(chosen.label, 24)}")
+        ax.set_title(f"Final validation loss per variant ({note})", fontsize=8)
+        return figure_files(fig, out, "final_loss_dots", ["variant", "seed", "val_loss", "mean", "sd", "n", "baseline"], data)
+
+
 FIGURES = {function.__name__: function for function in (
     table_s4_architectures, table_s5_step_time, fig2_memory, medusa_head_accuracy, deepseek_lambda_effect,
     reduction_weights, grad_cosine_over_training, horizon_accuracy_over_training, quality_vs_cost,
+    val_loss_over_training, final_loss_dots,
 )}
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.report.atomic import write_text_atomic
+from lab.report.labels import apply, for_figures, resolve
 from lab.report.plotting import save_formats
-from lab.report.records import ReportError, Sweep
+from lab.report.records import Sweep
 from lab.report.sweep_figures import order_key, variant_styles
 from lab.report.table import Variant, baseline_of, variants
 
@@ -29,11 +30,16 @@ class Paper:
     styles: dict[str, tuple[str, str]]  # label → (colour, line style)
 
     @classmethod
-    def of(cls, sweep: Sweep, labels: dict[str, str], baseline: str | None) -> "Paper":
+    def of(cls, sweep: Sweep, labels: dict[str, str] | None = None, baseline: str | None = None,
+           label_args: list[str] | None = None) -> "Paper":
+        """`labels` {OLD: NEW} and `label_args` ['OLD=NEW', …] (OLD: a variant's report label or its readable form)
+        rename variants; every other variant shows its readable label (lab/report/labels.py)."""
         groups = variants(sweep.records, baseline, field="--baseline")
-        relabel(groups, labels)
-        completed = [v for v in sorted(groups, key=order_key) if v.ok]
-        return cls(sweep, completed, variant_styles(groups))
+        renamed = resolve(label_args or [], labels or {}, [v.label for v in groups])
+        apply(groups, renamed)
+        shown = for_figures(groups, keep=set(renamed.values()))
+        completed = [v for v in sorted(shown, key=order_key) if v.ok]
+        return cls(sweep, completed, variant_styles(shown))
 
     @property
     def baseline(self) -> Variant | None:
@@ -41,19 +47,6 @@ class Paper:
 
     def colour(self, variant: Variant) -> str:
         return self.styles[variant.label][0]
-
-
-def relabel(groups: list[Variant], labels: dict[str, str]) -> None:
-    """Show variant OLD as NEW: every OLD must name a variant, and the new labels must stay distinct."""
-    known = [v.label for v in groups]
-    unknown = [old for old in labels if old not in known]
-    if unknown:
-        raise ReportError(f"--label: {', '.join(repr(u) for u in unknown)} names no variant; variants: {', '.join(known)}")
-    shown = [labels.get(label, label) for label in known]
-    if len(set(shown)) != len(shown):
-        raise ReportError(f"--label: two variants would share a label ({', '.join(shown)})")
-    for variant in groups:
-        variant.label = labels.get(variant.label, variant.label)
 
 
 def csv_text(header: list[str], rows: list[list]) -> str:

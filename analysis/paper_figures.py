@@ -5,7 +5,8 @@ it; tables as CSV, Markdown and a LaTeX tabular. A figure with nothing to compar
 point, a constant λ, one schedule) is skipped with one line saying why. Same data → the same bytes.
 
     --figures a,b          draw only these (names below)
-    --label OLD=NEW        show variant OLD (its report label, e.g. head=parallel) as NEW; repeatable
+    --label OLD=NEW        show variant OLD (its report label, e.g. head=parallel, or its figure label) as NEW; repeatable
+                           (other variants show readable labels: head=parallel head.k=4 → parallel K=4)
     --config paper.yaml    the same as YAML: {figures: [...], labels: {OLD: NEW}, baseline: LABEL}
     --baseline LABEL       the variant differences and relative speeds are taken to (default: ntp, if present)
 
@@ -26,6 +27,7 @@ import yaml
 
 from analysis.figures import FIGURES
 from analysis.paper_data import Paper, Skipped
+from lab.report.labels import check_label_args
 from lab.report.records import ReportError, collect_sweep
 
 
@@ -42,16 +44,6 @@ def read_config(path: str | None) -> dict:
     return config
 
 
-def parse_labels(pairs: list[str]) -> dict[str, str]:
-    labels = {}
-    for pair in pairs:
-        old, sep, new = pair.partition("=") if pair.count("=") == 1 else pair.rpartition("=")
-        if not sep or not old or not new:
-            raise ReportError(f"--label: expected OLD=NEW (a variant's report label, e.g. head=parallel=Parallel), got '{pair}'")
-        labels[old] = new
-    return labels
-
-
 def chosen_figures(names: list[str] | None) -> list[str]:
     if not names:
         return list(FIGURES)
@@ -62,13 +54,13 @@ def chosen_figures(names: list[str] | None) -> list[str]:
 
 
 def regenerate(sweep_dir: str | Path, out: str | Path, figures: list[str] | None = None, labels: dict[str, str] | None = None,
-               baseline: str | None = None) -> dict[str, list[Path] | Skipped]:
+               baseline: str | None = None, label_args: list[str] | None = None) -> dict[str, list[Path] | Skipped]:
     """Every chosen figure: its written files, or why it was skipped. Input is checked before anything is written."""
     sweep = collect_sweep(sweep_dir)
     if not sweep.completed:
         raise ReportError(f"{sweep_dir}: no finished job ({len(sweep.records)} jobs, none ok): nothing to draw")
     names = chosen_figures(figures)
-    paper = Paper.of(sweep, labels or {}, baseline)
+    paper = Paper.of(sweep, labels or {}, baseline, label_args)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     return {name: FIGURES[name](paper, out) for name in names}
@@ -86,8 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         config = read_config(args.config)
         figures = args.figures.split(",") if args.figures else config.get("figures")
-        labels = {**(config.get("labels") or {}), **parse_labels(args.label)}
-        written = regenerate(args.sweep_dir, args.out, figures, labels, args.baseline or config.get("baseline"))
+        labels = {str(old): str(new) for old, new in (config.get("labels") or {}).items()}
+        written = regenerate(args.sweep_dir, args.out, figures, labels, args.baseline or config.get("baseline"),
+                             check_label_args(args.label))
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -33,8 +33,14 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
 
 def layout(html: Path, width: int) -> dict:
     """{scroll, viewport, hidden} of `html` laid out at `width` px."""
-    probe = html.with_name(f"probe-{width}.html")
-    probe.write_text(html.read_text().replace("</body>", PROBE))
+    return probe_page(html, width, PROBE)
+
+
+def probe_page(html: Path, width: int, probe_script: str) -> dict:
+    """`html` laid out at `width` px with `probe_script` (a `<script>…</script></body>` that sets document.title to
+    JSON) before its `</body>`: that JSON."""
+    probe = html.with_name(f"probe-{width}-{abs(hash(probe_script)) % 10**8}.html")
+    probe.write_text(html.read_text().replace("</body>", probe_script))
     try:
         dom = chromium(f"--window-size={width},2000", "--dump-dom", probe.as_uri()).stdout
     finally:

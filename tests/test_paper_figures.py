@@ -52,7 +52,7 @@ def test_every_drawn_figure_comes_as_png_pdf_svg_with_its_csv_and_svg_text_is_te
 def test_a_figures_csv_holds_the_numbers_it_draws(sweep, tmp_path):
     regenerate(sweep, tmp_path, ["medusa_head_accuracy"])
     rows = read_csv(tmp_path / "medusa_head_accuracy.csv")
-    parallel = {int(r["horizon"]): float(r["acc mean"]) for r in rows if r["variant"] == "head=parallel"}
+    parallel = {int(r["horizon"]): float(r["acc mean"]) for r in rows if r["variant"] == "parallel"}
     assert parallel == {k: round(0.5 / k, 6) for k in range(1, 5)}  # tests/test_report.py final_value: acc/h{k} = 0.5 / k
     assert {r["n"] for r in rows} == {"3"}
 
@@ -103,7 +103,7 @@ def test_step_time_uses_cpu_time_when_contended_and_refuses_without_it(sweep, tm
     edit_runs(sweep, lambda p: p["cost"].update(train_contended=True, train_tokens_per_cpu_s=500.0 if p["manifest"]["head"] == "ntp" else 250.0))
     regenerate(sweep, tmp_path / "cpu", ["table_s5_step_time"])
     rows = {r["variant"]: r for r in read_csv(tmp_path / "cpu" / "table_s5_step_time.csv")}
-    assert rows["head=parallel"]["clock"] == "worker CPU time (contended)" and float(rows["head=parallel"]["step time relative to head=ntp"]) == 2.0
+    assert rows["parallel"]["clock"] == "worker CPU time (contended)" and float(rows["parallel"]["step time relative to ntp"]) == 2.0
     edit_runs(sweep, lambda p: p["cost"].pop("train_tokens_per_cpu_s"))
     assert regenerate(sweep, tmp_path / "wall", ["table_s5_step_time"])["table_s5_step_time"].reason.startswith("jobs were contended")
 

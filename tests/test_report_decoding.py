@@ -104,7 +104,7 @@ def test_a_variant_has_one_colour_in_every_figure(drawn):
         for _, drawn_colours in axes:
             for label, colour in drawn_colours.items():
                 colours.setdefault(label.removesuffix(" (plain)"), set()).add(colour)
-    assert {"head=linear", "head=parallel", "head=deepseek", "head=ntp"} <= set(colours)
+    assert {"linear", "parallel", "deepseek", "ntp"} <= set(colours)  # figures show readable labels (lab/report/labels.py)
     assert all(len(c) == 1 for c in colours.values()), colours
     assert len({next(iter(c)) for c in colours.values()}) == len(colours)  # and different variants differ
     assert {"horizon_accuracy.png", "draft_agreement.png", "live_decoding.png", "loss_vs_speedup.png"} <= set(seen)
@@ -121,11 +121,11 @@ def test_variant_styles_follow_the_head_order_not_the_subset_drawn(tmp_path):
 def test_teacher_forced_accuracy_never_shares_an_axis_with_blind_heads(drawn):
     _, _, seen = drawn
     axes = seen["horizon_accuracy.png"]
-    with_deepseek = [(title, c) for title, c in axes if "head=deepseek" in c]
-    assert with_deepseek and all(set(c) == {"head=deepseek"} for _, c in with_deepseek)
+    with_deepseek = [(title, c) for title, c in axes if "deepseek" in c]
+    assert with_deepseek and all(set(c) == {"deepseek"} for _, c in with_deepseek)
     assert all("teacher-forced" in title for title, _ in with_deepseek)
-    blind = [(title, c) for title, c in axes if "head=linear" in c]
-    assert blind and all("blind" in title and "head=deepseek" not in c for title, c in blind)
+    blind = [(title, c) for title, c in axes if "linear" in c]
+    assert blind and all("blind" in title and "deepseek" not in c for title, c in blind)
 
 
 def test_decoding_table_leads_with_t1_and_flags_degenerate_runs(drawn):
@@ -161,7 +161,7 @@ def test_loss_against_speedup_figure_and_table_hold_the_runs_values(drawn):
     assert table["head=linear"][3:5] == ["3.2500", "1.800"] and table["head=ntp"][4] == "1 (plain decoding)"
     md = (sweep / "report.md").read_text()
     assert "## Next-token loss vs decoding speedup" in md and "| head=parallel | parallel | 4 | 3.2000 | 1.400 |" in md
-    assert set(seen["loss_vs_speedup.png"][0][1]) == {"head=ntp (plain)", "head=linear", "head=parallel"}
+    assert set(seen["loss_vs_speedup.png"][0][1]) == {"ntp (plain)", "linear", "parallel"}  # the figure's readable labels
 
 
 def test_a_wide_html_table_is_split_into_column_groups_that_each_repeat_the_label(drawn):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lab.report.sweep_figures import write_report_figures
 from lab.report.atomic import remove_stale_temps, write_text_atomic
+from lab.report.labels import apply, for_figures, resolve
 from lab.report.records import FIGURES_DIR, ReportError, Sweep, collect_sweep
 from lab.report.render import findings, html_page, markdown
 from lab.report.scaling import write_scaling_figures
@@ -37,9 +38,13 @@ class Report:
         return self.n_failed + sum(self.n_other.values())
 
 
-def build_report(sweep: Sweep, out_dir: str | Path, baseline: str | None = None) -> Report:
+def build_report(sweep: Sweep, out_dir: str | Path, baseline: str | None = None, title: str | None = None,
+                 labels: dict[str, str] | None = None, label_args: list[str] | None = None) -> Report:
     """Every output is a pure function of the records: rebuilding from the same data gives the same bytes.
-    `baseline`: the variant label differences are taken to (`report.baseline`; None: ntp when the sweep has one)."""
+    `baseline`: the variant label differences are taken to (`report.baseline`; None: ntp when the sweep has one).
+    `title`: the page's title and heading (None: what the sweep varied, `render.default_title`).
+    `labels` {OLD: NEW} / `label_args` ['OLD=NEW']: variants shown as NEW in every figure, table and finding
+    (lab/report/labels.py); the figures show every other variant by its readable label (`parallel K=4`)."""
     if not sweep.records:
         raise ReportError(f"{sweep.source}: no completed runs (the sweep has no jobs)")
     if not sweep.completed:
@@ -47,15 +52,18 @@ def build_report(sweep: Sweep, out_dir: str | Path, baseline: str | None = None)
         more = f" (+{len(sweep.failed) - 3} more)" if len(sweep.failed) > 3 else ""
         raise ReportError(f"{sweep.source}: no completed runs ({len(sweep.failed)} failed: {reasons}{more})")
     groups = variants(sweep.records, baseline)  # refuses an unknown baseline before anything is written
+    renamed = resolve(label_args or [], labels or {}, [v.label for v in groups])  # likewise a label naming no variant
+    apply(groups, renamed)
+    shown = for_figures(groups, keep=set(renamed.values()))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for folder in (out, out / FIGURES_DIR):
         remove_stale_temps(folder)  # a killed lab-report's half-written files
     runs_csv = write_text_atomic(out / "runs.csv", runs_csv_text(sweep.records))
     write_text_atomic(out / "history.csv", history_csv_text(sweep.records))
-    figures = write_report_figures(groups, out / FIGURES_DIR) + write_scaling_figures(groups, out / FIGURES_DIR)
-    md = write_text_atomic(out / "report.md", markdown(sweep, groups, figures, FIGURES_DIR))
-    page = write_text_atomic(out / "report.html", html_page(sweep, groups, figures))
+    figures = write_report_figures(shown, out / FIGURES_DIR) + write_scaling_figures(groups, out / FIGURES_DIR)
+    md = write_text_atomic(out / "report.md", markdown(sweep, groups, figures, FIGURES_DIR, title))
+    page = write_text_atomic(out / "report.html", html_page(sweep, groups, figures, title))
     statuses = Counter(r["status"] for r in sweep.records)
     n_ok, n_failed = statuses.pop("ok", 0), statuses.pop("failed", 0)
     return Report(out, runs_csv, md, page, [f.path for f in figures if f.path is not None], n_ok, n_failed,

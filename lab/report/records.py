@@ -15,7 +15,9 @@ A record is a dict with a fixed shape, whatever its source:
     head_traits dict  run.json `head_traits` (baseline, teacher_forced, display_rank; None for records written
                       before it: lab/report/head_traits.py reads those by head name)
     final       dict  final metrics {name: float} (empty for a failed job)
-    history     dict  {metric: [(step, value), ...]} from metrics.csv / wandb history
+    history     dict  {metric: [(step, value), ...]} from metrics.csv / wandb history; a validation metric's step is the
+                      optimizer step the validation ran at (`history_step`)
+    steps       int   optimizer steps the run trained (run.json's last attempt `step`; None when not recorded)
     parameters  dict  parameter table of the model (may be empty; runs before `cost` existed)
     cost        dict  run.json `cost`: params_total, blocks_trunk / blocks_head / blocks_next_token_path,
                       train_flops_per_token, measured train_tokens_per_s, train_time_s (may be empty)
@@ -58,6 +60,11 @@ class Sweep:
     name: str
     source: str  # the sweep directory, or "wandb:ENTITY/PROJECT/GROUP"
     records: list[dict] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)  # the sweep folders pooled into this one (`pool_sweeps`; [] = one)
+
+    @property
+    def n_folders(self) -> int:
+        return max(1, len(self.folders))
 
     @property
     def completed(self) -> list[dict]:
@@ -92,6 +99,17 @@ def override_items(overrides: list[str]) -> list[tuple[str, str]]:
     return items
 
 
+VALIDATION_PREFIX = "val/"
+
+
+def history_step(metric: str, logged: int) -> int:
+    """The step a logged value belongs to. Lightning logs training values under the index of their batch (0-based),
+    and a validation that runs after batch i (so after i + 1 optimizer steps: `val_check_interval=75` validates at 75,
+    150) under that same index i; the report keys a validation by the optimizer step it ran at, i + 1.
+    Values logged after fit (decoding, throughput: `trainer.global_step`) already carry the step count."""
+    return logged + 1 if metric.startswith(VALIDATION_PREFIX) else logged
+
+
 def read_history(path: Path) -> dict[str, list[tuple[int, float]]]:
     """metrics.csv (CSVLogger: one row per logging call, blank cells elsewhere) → per-metric series."""
     history: dict[str, list[tuple[int, float]]] = {}
@@ -107,7 +125,7 @@ def read_history(path: Path) -> dict[str, list[tuple[int, float]]]:
                     continue
                 value = to_float(cell)
                 if value is not None:
-                    history.setdefault(name, []).append((int(step), value))
+                    history.setdefault(name, []).append((history_step(name, int(step)), value))
     return history
 
 
@@ -119,7 +137,7 @@ def empty_record() -> dict:
     return {
         "job": None, "name": "", "run_dir": "", "overrides": [], "status": "failed", "error": None,
         "run_time_s": None, "head": None, "k": None, "head_traits": None, "reduction": None, "weights": None,
-        "schedule": None, "seed": None, "drafter_objective": None, "final": {}, "history": {}, "parameters": {}, "cost": {}, "corpus": {}, "numerics": {},
+        "schedule": None, "seed": None, "drafter_objective": None, "steps": None, "final": {}, "history": {}, "parameters": {}, "cost": {}, "corpus": {}, "numerics": {},
     }
 
 
@@ -193,6 +211,8 @@ def record_from_run_dir(job_dir: Path, sweep_dir: Path) -> dict:
     record["cost"] = payload.get("cost") or {}
     record["corpus"] = payload.get("corpus_stats") or {}
     record["numerics"] = payload.get("numerics") or {}
+    attempts = [a for a in payload.get("attempts") or [] if isinstance(a, dict)]
+    record["steps"] = attempts[-1].get("step") if attempts and isinstance(attempts[-1].get("step"), int) else None
     manifest = payload.get("manifest") or {}
     config = payload.get("config") or {}
     record.update(fields_from(payload, manifest, config))
@@ -343,7 +363,7 @@ def record_from_wandb(run: dict, job: int) -> dict:
                 continue
             number = to_float(value)
             if number is not None:
-                history.setdefault(name, []).append((int(step), number))
+                history.setdefault(name, []).append((history_step(name, int(step)), number))
     record["history"] = history
     if record["status"] == "ok":
         final = {name: float(v) for name, v in summary.items() if not name.startswith("_") and to_float(v) is not None}

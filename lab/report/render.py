@@ -9,9 +9,10 @@ from pathlib import Path
 
 from lab.report.answers import above_chance, clever_hans, count_runs
 from lab.report.caveats import caveats
+from lab.report.gradient_conflict import gradient_conflict_findings
 from lab.report.sweep_figures import ReportFigure, loss_speedup_points, order_key
 from lab.report.noise import floor_finding, gap_floor, numerics_finding, pooled_seed_sd, verdict
-from lab.report.records import Sweep
+from lab.report.records import Sweep, override_items
 from lab.report.scaling import scaling_finding, scaling_points, scaling_table
 from lab.report.significance import significance_finding
 from lab.report.speeds import (
@@ -27,6 +28,7 @@ from lab.report.spikes import SPIKE_MIN_NATS, SPIKE_SIGMAS, record_spikes
 from lab.report.table import (
     Variant,
     baseline_of,
+    drop_empty_columns,
     mean_spread,
     seed_count,
     steps_done,
@@ -96,6 +98,7 @@ def findings(sweep: Sweep, variants: list[Variant]) -> list[str]:
             out.append(f"Highest: **{worst.label}** ({worst.cell('val/loss')}); spread across variants "
                        f"{worst.stat('val/loss')[0] - best.stat('val/loss')[0]:.4f} nats.")
     out += horizon_trend_findings(variants)
+    out += gradient_conflict_findings(variants)
     out += answer_findings(variants)
     out += scaling_finding(scaling_points(variants))
     out += cost_findings(variants)
@@ -268,11 +271,13 @@ def failed_job_lines(sweep: Sweep) -> list[str]:
 def run_table(sweep: Sweep, variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
     max_k = horizon_columns(variants)
     dims = sweep_dimensions(sweep.records)
-    header = ["job", "overrides", "status", "val/loss", "val/bpb", *[f"val/loss/h{k}" for k in range(1, max_k + 1)], "steps logged", "run time (s)", "failure reason"]
+    pooled = sweep.n_folders > 1  # several sweep folders in one report: which one each job ran in
+    header = ["job", *(["sweep folder"] if pooled else []), "overrides", "status", "val/loss", "val/bpb",
+              *[f"val/loss/h{k}" for k in range(1, max_k + 1)], "steps logged", "run time (s)", "failure reason"]
     rows = []
     for r in sweep.records:
         rows.append([
-            fmt(r["job"]), shown_overrides(r, dims), r["status"], fmt(r["final"].get("val/loss")), fmt(r["final"].get("val/bpb")),
+            fmt(r["job"]), *([r.get("folder") or ""] if pooled else []), shown_overrides(r, dims), r["status"], fmt(r["final"].get("val/loss")), fmt(r["final"].get("val/bpb")),
             *[fmt(r["final"].get(f"val/loss/h{k}")) for k in range(1, max_k + 1)],
             fmt(steps_done(r)), fmt(r["run_time_s"], 1), r["error"] or "",
         ])
@@ -452,30 +457,88 @@ def md_escape(cell: str) -> str:
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    header, rows, _ = drop_empty_columns(header, rows)
     lines = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
     return lines
 
 
-def markdown(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure], figures_rel: str) -> str:
-    lines = [f"# Sweep report: {sweep.name}", "", *summary_lines(sweep, variants), "", "## Findings", ""]
+def default_title(sweep: Sweep) -> str:
+    """What the sweep varied and how many jobs it ran, e.g. 'head × head.k × seed, 10 jobs' (a dimension that follows
+    from the others, like DeepSeek's head.depth from head.k, is left out); one configuration: its name."""
+    dims = independent_dimensions(sweep.records)
+    jobs = f"{len(sweep.records)} job{'s' if len(sweep.records) != 1 else ''}"
+    pooled = f" from {sweep.n_folders} sweeps" if sweep.n_folders > 1 else ""
+    return f"{' × '.join(dims)}, {jobs}{pooled}" if dims else f"{sweep.name}: one configuration, {jobs}{pooled}"
+
+
+def independent_dimensions(records: list[dict]) -> list[str]:
+    """The sweep dimensions, less those whose value the remaining ones decide (checked from the last one back)."""
+    dims = sweep_dimensions(records)
+    values = [dict(override_items(r["overrides"])) for r in records]
+    for dim in reversed(list(dims)):
+        others = [d for d in dims if d != dim]
+        seen: dict[tuple, set] = {}
+        for items in values:
+            seen.setdefault(tuple(items.get(d) for d in others), set()).add(items.get(dim))
+        if others and all(len(found) == 1 for found in seen.values()):
+            dims = others
+    order = next((list(items) for items in values if set(dims) <= set(items)), dims)  # as a job that sets them all lists them
+    return sorted(dims, key=order.index)
+
+
+def report_title(sweep: Sweep, title: str | None) -> str:
+    return title or default_title(sweep)
+
+
+def slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
+def page_sections(sweep: Sweep, variants: list[Variant]) -> list[tuple[str, str]]:
+    """(id, heading) of every section, in page order: what was found and shown first, the per-job detail last."""
+    out = [("findings", "Findings"), ("variants", "Variants (mean ± sd over seeds)"), ("figures", "Figures"),
+           ("cost", "Cost per variant (mean over seeds)")]
+    out += [(slug(title), title) for title, _, _ in optional_sections(variants)]
+    out.append(("jobs", "Jobs"))
+    if sweep.failed:
+        out.append(("failed-jobs", "Failed jobs"))
+    return out
+
+
+NAV_NAMES = {"Variants (mean ± sd over seeds)": "Variants", "Cost per variant (mean over seeds)": "Cost"}
+
+
+def nav_name(heading: str) -> str:
+    return NAV_NAMES.get(heading, heading.split(" (")[0])
+
+
+def markdown(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure], figures_rel: str, title: str | None = None) -> str:
+    sections = dict(page_sections(sweep, variants))
+    ids = {heading: key for key, heading in sections.items()}
+    contents = " · ".join(f"[{nav_name(heading)}](#{key})" for key, heading in sections.items())
+
+    def heading(text: str) -> list[str]:
+        return ["", f'<a id="{ids[text]}"></a>', "", f"## {text}", ""]
+
+    lines = [f"# {report_title(sweep, title)}", "", *summary_lines(sweep, variants), "", f"Contents: {contents}", *heading("Findings")]
     lines += [f"- {line}" for line in findings(sweep, variants)] or ["- no completed runs"]
-    lines += ["", "## Variants (mean ± sd over seeds)", "", *md_table(*variant_table(variants))]
+    lines += [*heading("Variants (mean ± sd over seeds)"), *md_table(*variant_table(variants))]
     if any(v.teacher_forced for v in variants):
         lines += ["", NOTES["teacher_forced"]]
-    lines += ["", "## Cost per variant (mean over seeds)", "", *md_table(*cost_table(variants))]
-    for title, note, table in optional_sections(variants):
-        lines += ["", f"## {title}", "", note, "", *md_table(*table)]
-    lines += ["", "## Jobs", "", *md_table(*run_table(sweep, variants))]
-    if sweep.failed:
-        lines += ["", "## Failed jobs", ""]
-        lines += [f"- {line}" for line in failed_job_lines(sweep)]
-    lines += ["", "## Figures", ""]
+    lines += heading("Figures")
     for fig in figures:
         if fig.path is None:
             lines += [f"- {fig.caption}: not drawn ({fig.reason})", ""]
         else:
             lines += [f"### {fig.caption}", "", f"![{fig.caption}]({figures_rel}/{fig.name})", ""]
+    lines += [*heading("Cost per variant (mean over seeds)"), *md_table(*cost_table(variants))]
+    for title_, note, table in optional_sections(variants):
+        lines += [*heading(title_), note, "", *md_table(*table)]
+    lines += [*heading("Jobs"), *md_table(*run_table(sweep, variants))]
+    if sweep.failed:
+        lines += heading("Failed jobs")
+        lines += [f"- {line}" for line in failed_job_lines(sweep)]
     lines += ["", "All numbers come from `runs.csv` (final metrics of each job); rebuild with `lab-report <sweep dir>`.", ""]
     return "\n".join(lines)
 
@@ -488,6 +551,10 @@ td:first-child,td:nth-child(2){text-align:left}tr.failed td{background:#fde8e8}t
 li,p,h1,h2,h3{overflow-wrap:anywhere}.fit{max-width:100%;overflow-x:auto}.fit table{margin:0.5em 0}
 img{max-width:100%;border:1px solid #eee}code{background:#f5f5f5;padding:0 3px}.reason{text-align:left;color:#a00}
 .part{color:#666;font-size:12px;margin:0.8em 0 -0.6em}
+nav.toc{position:sticky;top:0;z-index:1;background:#fff;border-bottom:1px solid #ddd;padding:0.45em 0;font-size:14px;line-height:1.7}
+nav.toc a{margin-right:1.1em;color:#1a5fb4;text-decoration:none;white-space:nowrap}nav.toc a:hover{text-decoration:underline}
+.anchor{display:block;position:relative;top:-3.2em;visibility:hidden}.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:0.6em 1.2em}
+.figs figure{margin:0}.figs figure.wide{grid-column:1/-1}.figs figcaption{font-weight:600;font-size:14px;margin:0.6em 0 0.3em}.figs p{grid-column:1/-1;margin:0.2em 0}
 """
 # The page is 1200 px wide; a table wider than this is split into column groups, each repeating the first
 # column, so on a page of that width no column is hidden behind a scroll bar (on a narrower window a table
@@ -527,6 +594,8 @@ WRAP_TD = '<td class="wrap">'
 
 def html_table(header: list[str], rows: list[list[str]], failed_rows: set[int] | None = None, wrapped: set[int] = frozenset()) -> str:
     """One table, or several column groups when it would be wider than the page (`wrapped`: free-text columns)."""
+    header, rows, kept = drop_empty_columns(header, rows)
+    wrapped = {kept.index(i) for i in wrapped if i in kept}
     groups = column_groups(header, rows, set(wrapped))
     out = []
     for number, columns in enumerate(groups, 1):
@@ -549,32 +618,57 @@ def inline_md(text: str) -> str:
     return re.sub(r"`(.+?)`", r"<code>\1</code>", escaped)
 
 
-def html_page(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure]) -> str:
+WIDE_FIGURE = 3.3  # width / height above which a figure takes both columns of the figure grid
+
+
+def png_aspect(png: bytes) -> float:
+    """Width / height from a PNG's IHDR chunk (0 when the bytes are no PNG)."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
+        return 0.0
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    return width / height if height else 0.0
+
+
+def html_page(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure], title: str | None = None) -> str:
+    """The page: title, a navigation bar (a link to every section, kept at the top while scrolling), the summary,
+    findings and variants, the figures two abreast, then the tables of cost and per-job detail."""
+    sections = page_sections(sweep, variants)
+    ids = {heading: key for key, heading in sections}
+    name = html.escape(report_title(sweep, title))
+
+    def h2(text: str) -> str:
+        return f'<a class="anchor" id="{ids[text]}"></a><h2>{html.escape(text)}</h2>'  # the id before the heading: splits on <h2> hold
+
     parts = [
         "<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">", "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
-        f"<title>Sweep report: {html.escape(sweep.name)}</title>", f"<style>{CSS}</style>", "</head><body>",
-        f"<h1>Sweep report: {html.escape(sweep.name)}</h1>", "<ul>",
+        f"<title>{name}</title>", f"<style>{CSS}</style>", "</head><body>", f"<h1>{name}</h1>",
+        '<nav class="toc">' + "".join(f'<a href="#{key}">{html.escape(nav_name(heading))}</a>' for key, heading in sections) + "</nav>",
+        "<ul>",
     ]
     parts += [f"<li>{inline_md(line[2:])}</li>" for line in summary_lines(sweep, variants)]
-    parts += ["</ul>", "<h2>Findings</h2>", "<ul>"]
+    parts += ["</ul>", h2("Findings"), "<ul>"]
     parts += [f"<li>{inline_md(line)}</li>" for line in findings(sweep, variants)] or ["<li>no completed runs</li>"]
-    parts += ["</ul>", "<h2>Variants (mean ± sd over seeds)</h2>", html_table(*variant_table(variants))]
+    parts += ["</ul>", h2("Variants (mean ± sd over seeds)"), html_table(*variant_table(variants))]
     if any(v.teacher_forced for v in variants):
         parts.append(f"<p>{inline_md(NOTES['teacher_forced'])}</p>")
-    parts += ["<h2>Cost per variant (mean over seeds)</h2>", html_table(*cost_table(variants))]
-    for title, note, table in optional_sections(variants):
-        parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{inline_md(note)}</p>", html_table(*table)]
-    header, rows = run_table(sweep, variants)
-    failed = {i for i, r in enumerate(sweep.records) if r["status"] != "ok"}
-    parts += ["<h2>Jobs</h2>", html_table(header, rows, failed, wrapped={1, len(header) - 1})]  # overrides, failure reason
-    if sweep.failed:
-        parts += ["<h2>Failed jobs</h2>", "<ul>", *[f"<li>{inline_md(line)}</li>" for line in failed_job_lines(sweep)], "</ul>"]
-    parts.append("<h2>Figures</h2>")
+    parts += [h2("Figures"), '<div class="figs">']
     for fig in figures:
         if fig.path is None:
             parts.append(f"<p><em>{html.escape(fig.caption)}: not drawn ({html.escape(fig.reason or '')})</em></p>")
             continue
-        data = base64.b64encode(Path(fig.path).read_bytes()).decode("ascii")
-        parts += [f"<h3>{html.escape(fig.caption)}</h3>", f'<img alt="{html.escape(fig.caption)}" src="data:image/png;base64,{data}">']
+        png = Path(fig.path).read_bytes()
+        data = base64.b64encode(png).decode("ascii")
+        wide = ' class="wide"' if png_aspect(png) > WIDE_FIGURE else ""  # several panels side by side: the full width
+        parts.append(f"<figure{wide}><figcaption>{html.escape(fig.caption)}</figcaption>"
+                     f'<img alt="{html.escape(fig.caption)}" src="data:image/png;base64,{data}"></figure>')
+    parts += ["</div>", h2("Cost per variant (mean over seeds)"), html_table(*cost_table(variants))]
+    for title_, note, table in optional_sections(variants):
+        parts += [h2(title_), f"<p>{inline_md(note)}</p>", html_table(*table)]
+    header, rows = run_table(sweep, variants)
+    failed = {i for i, r in enumerate(sweep.records) if r["status"] != "ok"}
+    overrides_column = header.index("overrides")
+    parts += [h2("Jobs"), html_table(header, rows, failed, wrapped={overrides_column, len(header) - 1})]  # overrides, failure reason
+    if sweep.failed:
+        parts += [h2("Failed jobs"), "<ul>", *[f"<li>{inline_md(line)}</li>" for line in failed_job_lines(sweep)], "</ul>"]
     parts += ["<p>Rebuild with <code>lab-report &lt;sweep dir&gt;</code>; the numbers are those of <code>runs.csv</code>.</p>", "</body></html>", ""]
     return "\n".join(parts)

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.report.plotting import figure, save_png, variant_style
+from lab.report.labels import readable
+from lab.report.plotting import figure, save_png, short, variant_style
 from lab.report.records import finite, override_items
 from lab.report.sweep_figures import ReportFigure
 from lab.report.table import SEED_KEYS, Variant, mean_spread
@@ -125,7 +126,7 @@ def line_figure(lines, path: Path, y, error, ylabel: str, title: str) -> Path | 
         for index, (method, line) in enumerate(lines):
             colour, style = variant_style(index)
             ax.errorbar([p.params for p in line], [y(p) for p in line], yerr=None if error is None else [error(p) for p in line],
-                        color=colour, linestyle=style, marker="o", capsize=3, label=method)
+                        color=colour, linestyle=style, marker="o", capsize=3, label=short(readable(method), 32))
         if error is not None:
             ax.axhline(0.0, color="black", linestyle="--", linewidth=0.8, label="ntp")
         ax.set_xscale("log")

@@ -14,20 +14,15 @@ from pathlib import Path
 import numpy as np
 from matplotlib.patches import Patch
 
-from lab.report.plotting import color, figure, save_png, short, style_map
+from lab.report.plotting import figure, padded_range, save_png, short, style_map
 from lab.report.records import finite
 from lab.report.router_figures import expert_load_heatmaps
 from lab.report.speeds import speedup_metric
 from lab.report.spikes import find_spikes, robust_range
-from lab.report.table import Variant, baseline_of
+from lab.report.table import Variant, baseline_of, order_key
 
 GRAD_COS = re.compile(r"^grad/cos/(?:(?P<space>.+)/)?h(?P<i>\d+)_h(?P<j>\d+)$")
 MiB = 1024 * 1024
-
-
-def order_key(variant: Variant):
-    """Tables and figures list variants in the heads' display order (run.json `head_traits`), then by K."""
-    return (variant.display_rank, variant.k or 0)
 
 
 def variant_styles(variants: list[Variant]) -> dict[str, tuple[str, str]]:
@@ -41,13 +36,21 @@ def variant_styles(variants: list[Variant]) -> dict[str, tuple[str, str]]:
 
 def mean_curve(records: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
     """Per-step mean of one metric over several jobs (steps every job logged)."""
+    steps, means, _, _ = mean_sd_curve(records, metric)
+    return steps, means
+
+
+def mean_sd_curve(records: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(steps, mean, sample sd, n) of one metric over several jobs, at the steps every job logged (sd 0 for one job)."""
     by_step: dict[int, list[float]] = {}
     for record in records:
         for step, value in record["history"].get(metric, []):
             if finite(value):
                 by_step.setdefault(step, []).append(value)
     steps = sorted(s for s, values in by_step.items() if len(values) == len(records))
-    return np.array(steps, dtype=float), np.array([statistics.fmean(by_step[s]) for s in steps], dtype=float)
+    means = [statistics.fmean(by_step[s]) for s in steps]
+    sds = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
+    return np.array(steps, dtype=float), np.array(means, dtype=float), np.array(sds, dtype=float), len(records)
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -281,7 +284,7 @@ def live_decoding(variants: list[Variant], path: Path) -> Path | None:
     if not rows:
         return None
     styles = variant_styles(variants)
-    with figure(14.0, 4.2, 1, 3) as (fig, axes):
+    with figure(15.0, max(4.2, 0.55 * len(rows) + 1.6), 1, 3) as (fig, axes):
         for ax, (metric, title, ylabel) in zip(axes[0][:2], (
             ("decode/accept", "unconditional: P(accepted prefix ≥ j)", "acceptance (T=1)"),
             ("decode/accept_cond", "conditional: P(j accepted | 1..j−1 accepted)", "acceptance (T=1)"),
@@ -289,7 +292,10 @@ def live_decoding(variants: list[Variant], path: Path) -> Path | None:
             draw_horizon_metric(ax, rows, styles, metric, 1, suffix="p")
             ax.set_xlabel("draft position j")
             ax.set_ylabel(ylabel)
-            ax.set_ylim(0.0, 1.05)
+            shown = [y for line in ax.lines for y in line.get_ydata()]
+            limits = padded_range(shown, pad=0.12, minimum_span=0.05)
+            if limits is not None:
+                ax.set_ylim(max(limits[0], 0.0), min(limits[1], 1.02))
             ax.set_title(title, fontsize=8)
         axes[0][0].legend()
         live_decoding_bars(axes[0][2], rows, styles)
@@ -298,26 +304,29 @@ def live_decoding(variants: list[Variant], path: Path) -> Path | None:
 
 
 def live_decoding_bars(ax, rows: list[Variant], styles: dict) -> None:
-    """Tokens per target forward per variant: T=1 live, greedy live, validation estimate; d4 and degenerate counts written on."""
-    width = 0.8 / len(LIVE_BARS)
+    """Tokens per target forward per variant, horizontal bars from zero: T=1 live, greedy live, validation estimate;
+    each variant's distinct-4 ratio and degenerate share written under its name (rows, so notes never collide)."""
+    height = 0.8 / len(LIVE_BARS)
     high = 1.0
     for b, (metric, label, hatch, filled) in enumerate(LIVE_BARS):
         for i, variant in enumerate(rows):
             mean, spread, _ = variant.stat(metric)
-            x = i + (b - (len(LIVE_BARS) - 1) / 2) * width
+            y = i + (b - (len(LIVE_BARS) - 1) / 2) * height
             colour = styles[variant.label][0]
             if mean is None:
                 continue
-            ax.bar(x, mean, width=width, yerr=spread or None, capsize=2, color=colour if filled else "none", edgecolor=colour,
-                   hatch=hatch, linewidth=1.0)
+            ax.barh(y, mean, height=height, xerr=spread or None, capsize=2, color=colour if filled else "none", edgecolor=colour,
+                    hatch=hatch, linewidth=1.0)
             high = max(high, mean + (spread or 0.0))
-    ax.set_ylim(0.0, high * 1.5)  # headroom for the legend of bar kinds
-    ax.set_xticks(range(len(rows)), [f"{short(v.label, 16)}\n{decoding_note(v)}" for v in rows], fontsize=6)
-    ax.set_ylabel("tokens per target forward")
-    ax.set_title("tokens per target forward (solid: T=1, hatched: greedy, outline: estimate)", fontsize=8)
+    ax.set_xlim(0.0, high * 1.1)
+    ax.set_yticks(range(len(rows)), ["\n".join(filter(None, [short(v.label, 24), decoding_note(v)])) for v in rows], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("tokens per target forward")
+    ax.set_title("tokens per target forward\n(solid: T=1, hatched: greedy, outline: estimate)", fontsize=8)
     # The legend explains the bar kinds, not the variants (their colours are in the other panels): grey proxies.
-    kinds = [Patch(facecolor="0.6" if filled else "none", edgecolor="0.3", hatch=hatch, label=label) for _, label, hatch, filled in LIVE_BARS]
-    ax.legend(handles=kinds, loc="upper left", fontsize=6)
+    kinds = [Patch(facecolor="0.6" if filled else "none", edgecolor="0.3", hatch=hatch, label=short(label, 30))
+             for _, label, hatch, filled in LIVE_BARS]
+    ax.legend(handles=kinds, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6)
 
 
 def decoding_note(variant: Variant) -> str:
@@ -378,48 +387,110 @@ def loss_vs_speedup(variants: list[Variant], path: Path) -> Path | None:
         return save_png(fig, path)
 
 
-def grad_cosine_heatmaps(variants: list[Variant], path: Path) -> Path | None:
-    """Mean pairwise gradient cosine between horizons over training, one heatmap per variant."""
-    panels = []
-    for variant in sorted(variants, key=order_key):
-        names = sorted({name for r in variant.ok for name in r["history"] if GRAD_COS.match(name)})
-        if not names:
+VAL_LOSS = "val/loss"
+
+
+def seeds_phrase(counts) -> str:
+    """'n = 2 seeds' / 'n = 2/3 seeds' / 'one seed'."""
+    counts = sorted({c for c in counts if c})
+    if not counts:
+        return "no seed"
+    return "one seed" if counts == [1] else f"n = {'/'.join(map(str, counts))} seeds"
+
+
+def draw_val_loss_over_training(ax, rows: list[Variant], styles: dict, baseline: Variant | None = None) -> list[list]:
+    """Validation next-token loss at every validation, one line per variant (mean over seeds), band ± sd over seeds;
+    each legend entry states its n. Returns the CSV rows (variant, step, mean, sd, n)."""
+    data, shown = [], []
+    for variant in rows:
+        steps, means, sds, n = mean_sd_curve(variant.ok, VAL_LOSS)
+        if not len(steps):
             continue
-        spaces = sorted({GRAD_COS.match(n).group("space") or "" for n in names})
-        space = "leaf" if "leaf" in spaces else spaces[0]
-        k = max(max(int(GRAD_COS.match(n).group("i")), int(GRAD_COS.match(n).group("j"))) for n in names)
-        matrix = np.full((k, k), np.nan)
-        np.fill_diagonal(matrix, 1.0)
-        for name in names:
-            match = GRAD_COS.match(name)
-            if (match.group("space") or "") != space:
-                continue
-            value = history_mean(variant.ok, name)
-            if value is not None:
-                i, j = int(match.group("i")) - 1, int(match.group("j")) - 1
-                matrix[i, j] = matrix[j, i] = value
-        panels.append((variant.label, space, matrix))
+        colour, style = styles[variant.label]
+        tag = " (baseline)" if variant is baseline else ""
+        ax.plot(steps, means, color=colour, linestyle=style, marker="o", markersize=3, linewidth=1.2,
+                label=f"{short(variant.label, 24)}{tag} (n={n})")
+        if n > 1:
+            ax.fill_between(steps, means - sds, means + sds, color=colour, alpha=0.18, linewidth=0)
+        shown += list(means - sds) + list(means + sds)
+        data += [[variant.label, int(step), float(m), float(sd), n] for step, m, sd in zip(steps, means, sds)]
+    limits = padded_range(shown)
+    if limits is not None:
+        ax.set_ylim(*limits)
+    ax.set_xlabel("optimizer step (validation)")
+    ax.set_ylabel("val next-token loss (nats)")
+    return data
+
+
+def val_loss_over_training(variants: list[Variant], path: Path) -> Path | None:
+    """Validation loss over training with seed bands: mean over seeds, band ± sample sd, n in the legend."""
+    rows = [v for v in sorted(variants, key=order_key) if v.ok and len(mean_sd_curve(v.ok, VAL_LOSS)[0]) > 1]
+    if not rows:
+        return NotDrawn("fewer than two validations logged (trainer.val_check_interval)")
+    with figure(8.5, 4.2) as (fig, axes):
+        ax = axes[0][0]
+        draw_val_loss_over_training(ax, rows, variant_styles(variants), baseline_of(variants))
+        counts = [len(v.ok) for v in rows]
+        ax.set_title(f"Validation next-token loss over training\n(line: mean, band: ± sd over seeds; {seeds_phrase(counts)})")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return save_png(fig, path)
+
+
+def draw_final_loss_dots(ax, rows: list[Variant], styles: dict, baseline: Variant | None) -> list[list]:
+    """Final validation loss per variant, sorted best first: every seed a dot in the variant's colour, the mean a black
+    bar, the baseline's mean a dashed line; the y tick names the variant with mean ± sd (n). Returns CSV rows."""
+    rows = sorted(rows, key=lambda v: (v.stat(VAL_LOSS)[0], order_key(v)))
+    data, shown = [], []
+    for y, variant in enumerate(rows):
+        values = variant.values(VAL_LOSS)
+        colour = styles[variant.label][0]
+        offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else np.zeros(1)
+        ax.scatter(values, y + offsets[:len(values)], s=22, color=colour, edgecolor="white", linewidth=0.5, zorder=3)
+        mean, sd, n = variant.stat(VAL_LOSS)
+        ax.plot([mean, mean], [y - 0.32, y + 0.32], color="black", linewidth=2.0, zorder=4)
+        shown += values
+        data += [[variant.label, r.get("seed"), r["final"][VAL_LOSS], mean, sd, n, variant is baseline]
+                 for r in variant.ok if finite(r["final"].get(VAL_LOSS))]
+    if baseline is not None and baseline in rows:
+        ax.axvline(baseline.stat(VAL_LOSS)[0], color="black", linestyle="--", linewidth=0.8, zorder=1)
+    ticks = []
+    for variant in rows:
+        mean, sd, n = variant.stat(VAL_LOSS)
+        spread = f"{mean:.3f} ± {sd:.3f} (n={n})" if n > 1 else f"{mean:.3f} (n=1)"
+        ticks.append(f"{short(variant.label, 26)}{' — baseline' if variant is baseline else ''}\n{spread}")
+    ax.set_yticks(range(len(rows)), ticks, fontsize=7)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    limits = padded_range(shown, pad=0.1)
+    if limits is not None:
+        ax.set_xlim(*limits)
+    ax.set_xlabel("final val next-token loss (nats; lower is better)")
+    return data
+
+
+def final_loss_dots(variants: list[Variant], path: Path) -> Path | None:
+    """Final validation loss, a row per variant sorted best first: every seed a dot, the mean a bar, the baseline dashed."""
+    rows = [v for v in variants if v.stat(VAL_LOSS)[0] is not None]
+    if not rows:
+        return None
+    chosen = baseline_of(variants)
+    with figure(7.5, max(2.4, 0.55 * len(rows) + 1.3)) as (fig, axes):
+        ax = axes[0][0]
+        draw_final_loss_dots(ax, rows, variant_styles(variants), chosen)
+        note = "dots: seeds, bar: mean" + ("" if chosen is None else f", dashed: baseline {short(chosen.label, 24)}")
+        ax.set_title(f"Final validation loss per variant ({note})", fontsize=8)
+        return save_png(fig, path)
+
+
+def grad_cosine_heatmaps(variants: list[Variant], path: Path) -> Path | None:
+    """Gradient cosine between horizons over training: one column per variant, one row per space (trunk output,
+    parameter groups; tied groups once), mean over seeds with a ± sd band (lab/report/conflict_figure.py)."""
+    from lab.report.conflict_figure import conflict_figure, conflict_panels, draw
+
+    panels = conflict_panels(sorted(variants, key=order_key))
     if not panels:
         return None
-    ncols = min(len(panels), 3)
-    nrows = (len(panels) + ncols - 1) // ncols
-    with figure(3.4 * ncols + 0.6, 3.1 * nrows + 0.4, nrows, ncols) as (fig, axes):
-        for index, (label, space, matrix) in enumerate(panels):
-            ax = axes[index // ncols][index % ncols]
-            image = ax.imshow(matrix, vmin=-1, vmax=1, cmap="RdBu_r")
-            k = matrix.shape[0]
-            ax.set_xticks(range(k), [f"h{i + 1}" for i in range(k)])
-            ax.set_yticks(range(k), [f"h{i + 1}" for i in range(k)])
-            ax.grid(False)
-            for i in range(k):
-                for j in range(k):
-                    if np.isfinite(matrix[i, j]):
-                        ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7, color="white" if abs(matrix[i, j]) > 0.6 else "black")
-            ax.set_title(short(f"{label} [{space or 'all'}]", 40), fontsize=8)
-            fig.colorbar(image, ax=ax, shrink=0.8)
-        for index in range(len(panels), nrows * ncols):
-            axes[index // ncols][index % ncols].set_visible(False)
-        fig.suptitle("Gradient cosine between horizons (mean over logged steps)")
+    with conflict_figure(panels) as (fig, axes):
+        draw(fig, axes, panels)
         return save_png(fig, path)
 
 
@@ -471,12 +542,13 @@ def logit_memory_by_schedule(variants: list[Variant], path: Path) -> Path | None
             rows.append((variant, live, saved))
     if not rows:
         return None
+    styles = variant_styles(variants)
     with figure(10.0, max(2.5, 0.45 * len(rows) + 1.2), 1, 2, sharey=True) as (fig, axes):
         ys = np.arange(len(rows))
         panels = (("logits live (logical)", [live for _, live, _ in rows]), ("saved tensors peak (measured)", [saved for _, _, saved in rows]))
         for col, (title, values) in enumerate(panels):
             ax = axes[0][col]
-            ax.barh(ys, [(value or 0) / MiB for value in values], height=0.6, color=color(col))
+            ax.barh(ys, [(value or 0) / MiB for value in values], height=0.6, color=[styles[v.label][0] for v, _, _ in rows])
             for y, value in zip(ys, values):
                 ax.annotate("—" if value is None else f"{value / MiB:.2f}", (((value or 0) / MiB), y), va="center", fontsize=7,
                             xytext=(2, 0), textcoords="offset points")
@@ -490,6 +562,10 @@ def logit_memory_by_schedule(variants: list[Variant], path: Path) -> Path | None
 
 REPORT_FIGURES = (
     ("val_loss_by_architecture.png", val_loss_by_architecture, "Validation next-token loss by variant (architecture, K, …)"),
+    ("final_loss_dots.png", final_loss_dots, "Final validation next-token loss per variant, best first: each seed a dot, "
+     "the mean a bar, the baseline's mean dashed"),
+    ("val_loss_over_training.png", val_loss_over_training, "Validation next-token loss over training: mean over seeds, "
+     "band ± sd, n in the legend"),
     ("horizon_loss_curves.png", horizon_loss_curves, "Per-horizon loss curves"),
     ("horizon_accuracy.png", horizon_accuracy, "Per-horizon accuracy vs horizon (Medusa-style) and chain acceptance; "
      "teacher-forced DeepSeek depths on their own axes"),
@@ -497,7 +573,8 @@ REPORT_FIGURES = (
     ("live_decoding.png", live_decoding, "Live decoding (T=1 headline): acceptance by draft position, unconditional and conditional, "
      "and tokens per target forward (T=1, greedy, validation estimate; distinct-4 and degenerate share under each variant)"),
     ("loss_vs_speedup.png", loss_vs_speedup, "Next-token validation loss vs measured decoding speedup, one point per variant"),
-    ("grad_cosine.png", grad_cosine_heatmaps, "Gradient cosine between horizons"),
+    ("grad_cosine.png", grad_cosine_heatmaps, "Gradient cosine between horizons over training, variants side by side "
+     "(rows: trunk output, then parameter groups; tied groups once; band: ± sd over seeds)"),
     ("effective_weights.png", effective_weights_by_policy, "Effective horizon weights by policy"),
     ("logit_memory.png", logit_memory_by_schedule, "Logit memory by schedule"),
     ("expert_load.png", expert_load_heatmaps, "Expert load (load / mean load) by layer × expert, trunk layers and MTP depths side by side "

@@ -32,8 +32,14 @@ def metric_sort_key(name: str):
 
 
 def steps_done(record: dict) -> int | None:
-    steps = [series[-1][0] for series in record["history"].values() if series]
-    return max(steps) + 1 if steps else None
+    """Optimizer steps the job trained: run.json's count when recorded, else from the history (a validation's step
+    is the step count it ran at; a training value's step is its batch index, one less than the count after it)."""
+    if isinstance(record.get("steps"), int):
+        return record["steps"]
+    history = record["history"]
+    validated = [series[-1][0] for name, series in history.items() if series and name.startswith("val/")]
+    trained = [series[-1][0] + 1 for name, series in history.items() if series and name.startswith("train/loss")]
+    return max(validated + trained) if validated or trained else None
 
 
 def metric_columns(records: list[dict]) -> list[str]:
@@ -232,7 +238,24 @@ def baseline_of(groups: list[Variant]) -> Variant | None:
     return found[0] if len(found) == 1 else None
 
 
+EMPTY_CELLS = ("", "—")
+
+
+def drop_empty_columns(header: list[str], rows: list[list[str]], keep: int = 1) -> tuple[list[str], list[list[str]], list[int]]:
+    """The table without the columns that hold no value in any row (blank or '—', e.g. a failure reason when no job
+    failed); the first `keep` columns (the labels) always stay. Returns (header, rows, the kept column indexes)."""
+    kept = [i for i in range(len(header)) if i < keep or any(str(row[i]).strip() not in EMPTY_CELLS for row in rows)]
+    if not rows:
+        kept = list(range(len(header)))
+    return [header[i] for i in kept], [[row[i] for i in kept] for row in rows], kept
+
+
 def seed_count(records: list[dict]) -> int:
     seeds = {dict(override_items(r["overrides"])).get(key) for r in records for key in SEED_KEYS}
     seeds.discard(None)
     return max(1, len(seeds))
+
+
+def order_key(variant: Variant):
+    """Tables and figures list variants in the heads' display order (run.json `head_traits`), then by K."""
+    return (variant.display_rank, variant.k or 0)

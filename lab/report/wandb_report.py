@@ -25,7 +25,7 @@ from lab.report.atomic import write_text_atomic
 from lab.report.head_traits import traits_of
 from lab.report.sweep_figures import REPORT_FIGURES, grad_cosine_heatmaps
 from lab.report.records import ReportError, Sweep, override_items
-from lab.report.render import findings, summary_lines
+from lab.report.render import default_title, findings, summary_lines
 from lab.report.table import SEED_KEYS, sweep_dimensions, variants
 
 INSTALL_HINT = "pip install -e '.[wandb-reports]'"
@@ -287,7 +287,7 @@ def build_content(sweep: Sweep, configs: list[dict], *, group: str, title: str |
     sections = [Section(name, found, report_run) for name, build, report_run in SECTIONS if (found := build(panels))]
     table = [f"summary:{key}" for key in ("val/loss", "val/bpb", *horizon_keys(keys, "val/loss")) if key in keys]
     return Content(
-        title=title or f"Sweep report: {group}", markdown=findings_markdown(sweep, grouped), sections=sections,
+        title=title or default_title(sweep), markdown=findings_markdown(sweep, grouped), sections=sections,
         grouping=grouped, group=group, table_columns=table,
     )
 

@@ -36,7 +36,8 @@ class StepRecord(pl.Callback):
 
 def run(tmp_path, overrides, *, steps, precision):
     record = StepRecord()
-    cfg = compose_cfg("model.n_layers=5", "schedule.chunk_rows=16", *overrides, cache_dir=tmp_path.parent / "cache")
+    chunk = ["schedule.chunk_rows=16"] if "schedule=chunked" in overrides else []  # read by chunked only (refused elsewhere)
+    cfg = compose_cfg("model.n_layers=5", *chunk, *overrides, cache_dir=tmp_path.parent / "cache")
     _, module, _ = fit(cfg, tmp_path / "run", max_steps=steps, every=steps, callbacks=[record], precision=precision)
     assert record.first_grads  # the hook saw the step
     return record, module

@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 from lab.report.build import build_sweep_report
-from lab.report.records import ReportError
+from lab.report.plotting import also_save_as
+from lab.report.records import ReportError, collect_sweep
+from lab.report.render import variant_table
+from lab.report.sweep_figures import loss_vs_speedup
+from lab.report.table import variants
 from tests.cli import lab_report, one_error_line
 from tests.test_report import fake_job
 
@@ -219,3 +223,20 @@ def test_the_fastest_decoder_headline_names_its_collapsed_horizons(tmp_path):
     collapse(sweep, {4: 0.30}, {})
     (headline,) = [line for line in findings_of(sweep) if line.startswith("Fastest speculative decoding")]
     assert "predict one id" not in headline
+
+
+def test_a_one_id_horizons_numbers_are_marked_in_the_table_and_on_the_speedup_plot(tmp_path):
+    """Issue 69: a degenerate horizon's loss and accuracy sat unmarked in the table, its speedup unmarked on the plot."""
+    sweep = sweep_of(tmp_path, ["ntp", "parallel"])
+    edit_runs(sweep, lambda p: p["final_metrics"].update({"decode/speedup": 1.51}) if p["manifest"]["head"] == "parallel" else None)
+    collapse(sweep, {1: 0.30, 2: 0.35, 3: 0.40, 4: 0.97}, {4: 32.0})
+    groups = variants(collect_sweep(sweep).records, None)
+    header, rows = variant_table(groups)
+    parallel = next(row for row in rows if row[0] == "head=parallel")
+    marked = {name for name, cell in zip(header, parallel) if cell.endswith(" 1-id")}
+    assert marked == {"val/loss/h4", "val/acc/h4", "est tokens/forward (val)"}, marked
+    assert not any(str(cell).endswith(" 1-id") for row in rows if row[0] != "head=parallel" for cell in row)
+    with also_save_as("svg"):
+        loss_vs_speedup(groups, tmp_path / "loss_vs_speedup.png")
+    svg = (tmp_path / "loss_vs_speedup.svg").read_text()
+    assert "(h4 1-id)" in svg and svg.count("1-id") == 1  # the point's label, and no other

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from lab.report.answers import above_chance, clever_hans, count_runs
-from lab.report.caveats import caveats
+from lab.report.caveats import caveats, collapsed_horizons
 from lab.report.gradient_conflict import gradient_conflict_findings
 from lab.report.sweep_figures import ReportFigure, loss_speedup_points, order_key
 from lab.report.noise import floor_finding, gap_floor, numerics_finding, pooled_seed_sd, verdict
@@ -293,12 +293,20 @@ def variant_table(variants: list[Variant]) -> tuple[list[str], list[list[str]]]:
         times = mean_spread([r["run_time_s"] for r in v.ok if r["run_time_s"] is not None])[0]
         rows.append([
             v.label, fmt(v.head), fmt(v.k), f"{len(v.ok)} / {len(v.records)}", v.cell("val/loss"), v.cell("val/bpb"),
-            *[v.cell(f"val/loss/h{k}") + forced_mark(v, k) for k in range(1, max_k + 1)],
-            *[v.cell(f"val/acc/h{k}", 3) + forced_mark(v, k) for k in range(1, max_k + 1)],
-            v.cell("val/est_tokens_per_forward", 2) + forced_mark(v, 2), fmt(times, 1),
+            *[v.cell(f"val/loss/h{k}") + forced_mark(v, k) + one_id_mark(v, k) for k in range(1, max_k + 1)],
+            *[v.cell(f"val/acc/h{k}", 3) + forced_mark(v, k) + one_id_mark(v, k) for k in range(1, max_k + 1)],
+            v.cell("val/est_tokens_per_forward", 2) + forced_mark(v, 2) + (ONE_ID if collapsed_horizons(v) else ""), fmt(times, 1),
         ])
     return header, rows
 
+
+
+ONE_ID = " 1-id"  # after a number of (or drawn from) a horizon that predicts one id in most of its rows (section_notes one_id)
+
+
+def one_id_mark(variant: Variant, k: int) -> str:
+    """' 1-id' after a horizon-k number when that horizon predicts one id in most validation rows (lab/report/caveats.py)."""
+    return ONE_ID if k in collapsed_horizons(variant) else ""
 
 
 def forced_mark(variant: Variant, k: int) -> str:
@@ -526,6 +534,8 @@ def markdown(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure],
     lines += [*heading("Variants (mean ± sd over seeds)"), *md_table(*variant_table(variants))]
     if any(v.teacher_forced for v in variants):
         lines += ["", NOTES["teacher_forced"]]
+    if any(collapsed_horizons(v) for v in variants):
+        lines += ["", NOTES["one_id"]]
     lines += heading("Figures")
     for fig in figures:
         if fig.path is None:
@@ -651,6 +661,8 @@ def html_page(sweep: Sweep, variants: list[Variant], figures: list[ReportFigure]
     parts += ["</ul>", h2("Variants (mean ± sd over seeds)"), html_table(*variant_table(variants))]
     if any(v.teacher_forced for v in variants):
         parts.append(f"<p>{inline_md(NOTES['teacher_forced'])}</p>")
+    if any(collapsed_horizons(v) for v in variants):
+        parts.append(f"<p>{inline_md(NOTES['one_id'])}</p>")
     parts += [h2("Figures"), '<div class="figs">']
     for fig in figures:
         if fig.path is None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.patches import Patch
 
+from lab.report.caveats import collapsed_horizons
 from lab.report.plotting import figure, padded_range, save_png, short, style_map
 from lab.report.records import finite
 from lab.report.router_figures import expert_load_heatmaps
@@ -378,7 +379,9 @@ def loss_vs_speedup(variants: list[Variant], path: Path) -> Path | None:
             colour = styles[p.variant.label][0]
             ax.errorbar([p.speedup], [p.loss], xerr=[p.speedup_sd], yerr=[p.loss_sd], color=colour, marker="o" if p.measured else "s",
                         markersize=6, capsize=2, linestyle="none", label=short(p.variant.label) + ("" if p.measured else " (plain)"))
-            ax.annotate(short(p.variant.label, 20), (p.speedup, p.loss), xytext=(4, 4), textcoords="offset points", fontsize=7)
+            collapsed = collapsed_horizons(p.variant)  # a speedup drawn from one-id drafts is said on the point itself
+            note = f" ({'/'.join(f'h{k}' for k in collapsed)} 1-id)" if collapsed else ""
+            ax.annotate(short(p.variant.label, 20) + note, (p.speedup, p.loss), xytext=(4, 4), textcoords="offset points", fontsize=7)
         ax.axvline(1.0, color="black", linestyle=":", linewidth=0.8)
         ax.set_xlabel("measured decoding speedup (paired median of speculative / plain tokens/s, T=1; CPU time where contended)")
         ax.set_ylabel("val next-token loss (nats)")
